@@ -1,0 +1,133 @@
+"""Event schema v1: the one definition shared by the writer (workers) and the reader (analysis).
+
+Documented column by column in docs/events.md; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+from analysis.errors import SchemaVersionError
+
+SCHEMA_VERSION: Final = "1.0"
+"""major.minor: readers accept any minor of a major they know and refuse other majors."""
+
+SUPPORTED_MAJORS: Final = frozenset({1})
+
+METADATA_KEY: Final = b"llmload.schema_version"
+"""Parquet/Arrow schema metadata key that carries SCHEMA_VERSION in every part."""
+
+STATUSES: Final = ("ok", "error", "cancelled", "aborted")
+TOKEN_SOURCES: Final = ("usage", "tokenizer", "events")
+CHUNK_KINDS: Final = ("content", "reasoning")
+
+# Error kinds a request row may carry (error_kind column). Documented in docs/events.md.
+ERROR_KINDS: Final = (
+    "connect",  # could not connect / connection reset before a response
+    "http_4xx_input",  # 400/413/422: input rejected (e.g. over the context limit)
+    "http_4xx_other",  # any other 4xx (401, 404...)
+    "queue_rejected",  # 429/503: queue full or rate limited
+    "http_5xx",  # other 5xx
+    "ttft_timeout",  # no first token within --ttft-timeout
+    "stall_timeout",  # no event for --stall-timeout during the stream
+    "total_timeout",  # the whole request exceeded --request-timeout
+    "stream_error",  # the server sent an error event inside the stream
+    "malformed_event",  # an event that is not valid JSON / not the expected shape
+    "stream_truncated",  # the stream ended before a finish reason / [DONE]
+    "cancelled",  # the client cancelled on purpose (--cancel-rate)
+    "aborted",  # in flight when the run stopped
+)
+
+_KEYS = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("worker_id", pa.string(), nullable=False),
+    pa.field("request_id", pa.string(), nullable=False),
+]
+
+
+def _with_version(fields: list[pa.Field]) -> pa.Schema:
+    return pa.schema(fields, metadata={METADATA_KEY: SCHEMA_VERSION.encode()})
+
+
+REQUESTS_SCHEMA: Final = _with_version(
+    [
+        *_KEYS,
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("concurrency", pa.int32(), nullable=False),
+        pa.field("scenario", pa.string()),
+        pa.field("endpoint", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("stream", pa.bool_(), nullable=False),
+        pa.field("prompt_tokens_requested", pa.int32()),
+        pa.field("max_tokens", pa.int32()),
+        pa.field("prompt_sha256", pa.string()),
+        pa.field("prompt_text", pa.string()),
+        pa.field("sent_at_ns", pa.int64(), nullable=False),
+        pa.field("headers_ns", pa.int64()),
+        pa.field("first_event_ns", pa.int64()),
+        pa.field("first_token_ns", pa.int64()),
+        pa.field("first_content_ns", pa.int64()),
+        pa.field("last_token_ns", pa.int64()),
+        pa.field("end_ns", pa.int64()),
+        pa.field("http_status", pa.int32()),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error_kind", pa.string()),
+        pa.field("error_detail", pa.string()),
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("completion_tokens", pa.int32()),
+        pa.field("output_tokens", pa.int32()),
+        pa.field("output_tokens_source", pa.string()),
+        pa.field("events", pa.int32(), nullable=False),
+        pa.field("cold", pa.bool_(), nullable=False),
+        pa.field("server_request_id", pa.string()),
+    ]
+)
+
+CHUNKS_SCHEMA: Final = _with_version(
+    [
+        *_KEYS,
+        pa.field("seq", pa.int32(), nullable=False),
+        pa.field("offset_ns", pa.int64(), nullable=False),
+        pa.field("tokens", pa.int32(), nullable=False),
+        pa.field("chars", pa.int32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+    ]
+)
+
+TABLES: Final = {"requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA}
+
+MANIFEST_NAME: Final = "manifest.json"
+
+
+def part_key(table: str, worker_id: str, seq: int) -> str:
+    """Object key of one Parquet part, relative to `<prefix>/<run_id>/`."""
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; expected one of {sorted(TABLES)}")
+    return f"{table}/worker={worker_id}/part-{seq:06d}.parquet"
+
+
+def check_version(version: str | bytes | None, where: str = "events") -> str:
+    """Return the version string if this reader understands it, else raise SchemaVersionError."""
+    if isinstance(version, bytes):
+        version = version.decode(errors="replace")
+    if not version:
+        raise SchemaVersionError(
+            f"{where}: no llmload schema version found; was it written by llmload?"
+        )
+    major_text = version.split(".", 1)[0]
+    if not major_text.isdigit() or int(major_text) not in SUPPORTED_MAJORS:
+        raise SchemaVersionError(
+            f"{where}: schema version {version} is not supported by this llmload "
+            f"(reads {', '.join(f'{m}.x' for m in sorted(SUPPORTED_MAJORS))}); "
+            "upgrade llmload to read it"
+        )
+    return version
+
+
+def version_of(schema: pa.Schema) -> str | None:
+    """The schema version stored in an Arrow/Parquet schema's metadata, if any."""
+    meta = schema.metadata or {}
+    raw = meta.get(METADATA_KEY)
+    return raw.decode(errors="replace") if raw is not None else None

@@ -1,0 +1,1 @@
+"""llmload locustfiles: the package that runs inside Locust (chat user, workloads, sink)."""
