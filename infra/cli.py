@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable, Sequence
 
 import infra.commands
-
 from analysis.errors import LlmloadError, UsageError
 from infra.version import llmload_version
 
