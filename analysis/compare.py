@@ -1,0 +1,251 @@
+"""Compare two runs step by step: A (baseline) vs B (candidate), relative changes, regressions.
+
+    comparison = compare_runs("s3://b/runs/base", "s3://b/runs/new", threshold=0.10)
+    comparison.regressions          # the changes worse than the threshold
+
+A run is a RUN_URI (summarised on the fly) or a report directory holding summary.json.
+Steps are matched by concurrency (the cold groups with each other). Latencies regress when
+they grow by more than `threshold` (relative), throughputs when they shrink by more than it,
+the error rate when it grows by more than `error_rate_threshold` (absolute, in points).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pandas as pd
+
+from analysis.errors import UsageError
+from analysis.report import SUMMARY_KIND, jsonable
+
+LOWER_IS_BETTER: Final = tuple(
+    f"{m}_{s}_s" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")
+)
+HIGHER_IS_BETTER: Final = (
+    "output_tokens_per_s",
+    "requests_per_s",
+    "goodput_requests_per_s",
+    "input_tokens_per_s",
+)
+ABSOLUTE: Final = ("error_rate",)
+COMPARED: Final = (*LOWER_IS_BETTER, *HIGHER_IS_BETTER, *ABSOLUTE)
+"""summary.csv columns compared, in report order."""
+
+DEFAULT_THRESHOLD: Final = 0.10
+DEFAULT_ERROR_RATE_THRESHOLD: Final = 0.01
+
+
+@dataclass(frozen=True)
+class Change:
+    """One metric of one step: A, B, the change and whether it is a regression."""
+
+    step: str  # "cold" or the step label "c=<concurrency>"
+    concurrency: int
+    metric: str
+    a: float | None
+    b: float | None
+    change: float | None  # relative (b - a) / a; absolute b - a for error_rate
+    regression: bool
+
+
+@dataclass
+class Comparison:
+    run_a: str
+    run_b: str
+    threshold: float
+    error_rate_threshold: float
+    changes: list[Change] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # steps present in one run only
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.regression]
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(c) for c in self.changes])
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable(
+            {
+                "schema_version": "1.0",
+                "kind": "llmload.comparison",
+                "run_a": self.run_a,
+                "run_b": self.run_b,
+                "threshold": self.threshold,
+                "error_rate_threshold": self.error_rate_threshold,
+                "regressions": len(self.regressions),
+                "unmatched": self.unmatched,
+                "warnings": self.warnings,
+                "changes": [asdict(c) for c in self.changes],
+            }
+        )
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _compare_value(
+    metric: str, a: Any, b: Any, threshold: float, error_threshold: float
+) -> tuple[float | None, float | None, float | None, bool]:
+    fa = None if _missing(a) else float(a)
+    fb = None if _missing(b) else float(b)
+    if fa is None or fb is None:
+        return fa, fb, None, False
+    if metric in ABSOLUTE:
+        delta = fb - fa
+        return fa, fb, delta, delta > error_threshold
+    if fa == 0:
+        return fa, fb, None, False
+    rel = (fb - fa) / abs(fa)
+    worse = rel > threshold if metric in LOWER_IS_BETTER else rel < -threshold
+    return fa, fb, rel, worse
+
+
+def _keyed(rows: list[dict[str, Any]]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """Rows keyed by (group, concurrency, occurrence of that concurrency)."""
+    out: dict[tuple[str, int, int], dict[str, Any]] = {}
+    seen: dict[tuple[str, int], int] = {}
+    for row in rows:
+        base = (str(row["group"]), int(row["concurrency"]))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out[(*base, n)] = row
+    return out
+
+
+def compare_summaries(
+    rows_a: list[dict[str, Any]],
+    rows_b: list[dict[str, Any]],
+    *,
+    run_a: str = "A",
+    run_b: str = "B",
+    threshold: float = DEFAULT_THRESHOLD,
+    error_rate_threshold: float = DEFAULT_ERROR_RATE_THRESHOLD,
+) -> Comparison:
+    """Compare two lists of summary rows (summary.json `steps`)."""
+    if threshold < 0 or error_rate_threshold < 0:
+        raise UsageError("regression thresholds must be >= 0 (e.g. --threshold 0.1)")
+    result = Comparison(run_a, run_b, threshold, error_rate_threshold)
+    a, b = _keyed(rows_a), _keyed(rows_b)
+    for key in sorted(set(a) | set(b), key=lambda k: (k[0] != "cold", k[1], k[2])):
+        group, conc, n = key
+        label = "cold" if group == "cold" else f"c={conc}" + (f"#{n + 1}" if n else "")
+        if key not in a or key not in b:
+            result.unmatched.append(f"{label} only in {'A' if key in a else 'B'}")
+            continue
+        for metric in COMPARED:
+            va, vb, change, worse = _compare_value(
+                metric, a[key].get(metric), b[key].get(metric), threshold, error_rate_threshold
+            )
+            result.changes.append(Change(label, conc, metric, va, vb, change, worse))
+    if result.unmatched:
+        result.warnings.append("steps without a partner: " + ", ".join(result.unmatched))
+    return result
+
+
+def _summary_rows(where: str, slo: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+    path = Path(where)
+    summary = path / "summary.json" if path.is_dir() else path
+    if summary.is_file() and summary.suffix == ".json":
+        try:
+            doc = json.loads(summary.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise UsageError(f"{summary} is not valid JSON: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("kind") != SUMMARY_KIND:
+            raise UsageError(f"{summary} is not an llmload summary.json")
+        return list(doc.get("steps") or []), list(doc.get("warnings") or [])
+    from analysis.load import load_run
+    from analysis.report import summarize_run
+
+    report = summarize_run(load_run(where), slo)
+    return report.table.rows, report.warnings
+
+
+def compare_runs(
+    run_a: str,
+    run_b: str,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    error_rate_threshold: float = DEFAULT_ERROR_RATE_THRESHOLD,
+    slo: str | None = None,
+) -> Comparison:
+    """Compare run B against baseline A (each a RUN_URI or a report directory)."""
+    rows_a, warn_a = _summary_rows(run_a, slo)
+    rows_b, warn_b = _summary_rows(run_b, slo)
+    result = compare_summaries(
+        rows_a,
+        rows_b,
+        run_a=run_a,
+        run_b=run_b,
+        threshold=threshold,
+        error_rate_threshold=error_rate_threshold,
+    )
+    result.warnings += [f"A: {w}" for w in warn_a] + [f"B: {w}" for w in warn_b]
+    return result
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if metric.endswith("_s") and not metric.endswith("_per_s"):
+        return f"{value * 1000:.4g} ms"
+    if metric in ABSOLUTE:
+        return f"{value:.2%}"
+    return f"{value:,.2f}"
+
+
+def _fmt_change(change: Change) -> str:
+    if change.change is None:
+        return "—"
+    if change.metric in ABSOLUTE:
+        return f"{change.change * 100:+.2f} pts"
+    return f"{change.change:+.1%}"
+
+
+def render_comparison_markdown(result: Comparison) -> str:
+    from analysis.report_md import md_table
+
+    out = [
+        "# llmload comparison",
+        "",
+        f"- A (baseline): `{result.run_a}`",
+        f"- B (candidate): `{result.run_b}`",
+        f"- regression: latency up or throughput down by more than {result.threshold:.0%}, "
+        f"error rate up by more than {result.error_rate_threshold * 100:g} points",
+        f"- **{len(result.regressions)} regression(s)**",
+        "",
+    ]
+    headers = ["step", "metric", "A", "B", "change", ""]
+    rows = [
+        [
+            c.step,
+            c.metric,
+            _fmt(c.metric, c.a),
+            _fmt(c.metric, c.b),
+            _fmt_change(c),
+            "REGRESSION" if c.regression else "",
+        ]
+        for c in sorted(result.changes, key=lambda c: not c.regression)
+    ]
+    out += [md_table(headers, rows), ""]
+    if result.warnings:
+        out += ["## Warnings", "", *(f"- {w}" for w in result.warnings), ""]
+    return "\n".join(out)
+
+
+def write_comparison(result: Comparison, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {name: out / name for name in ("compare.md", "compare.csv", "compare.json")}
+    files["compare.md"].write_text(render_comparison_markdown(result), encoding="utf-8")
+    result.frame.to_csv(files["compare.csv"], index=False, na_rep="")
+    text = json.dumps(result.to_json(), indent=2, allow_nan=False)
+    files["compare.json"].write_text(text + "\n", encoding="utf-8")
+    return files

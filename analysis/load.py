@@ -1,0 +1,335 @@
+"""Read a run: list and read every request and chunk part, check versions, report completeness.
+
+    run = load_run("s3://bench/runs/r1")      # RUN_URI is <events-uri>/<run_id>
+    run.requests, run.chunks, run.manifest, run.completeness.warnings()
+
+Only the columns analysis needs are read; chunk `request_id` comes back as a pandas
+categorical (dictionary-encoded in Parquet), which the metrics fast path uses. A part that is
+missing or unreadable is named, skipped and counted, never silently dropped. A part written
+by an unknown major schema version stops the load (SchemaVersionError).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final, TextIO
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from analysis.errors import SchemaVersionError, UsageError
+from analysis.schema import (
+    CHUNKS_SCHEMA,
+    MANIFEST_NAME,
+    REQUESTS_SCHEMA,
+    check_version,
+    version_of,
+)
+from analysis.storage import ObjectStore, open_store
+
+REQUEST_COLUMNS: Final = (
+    "request_id",
+    "worker_id",
+    "step",
+    "concurrency",
+    "scenario",
+    "status",
+    "error_kind",
+    "http_status",
+    "cold",
+    "sent_at_ns",
+    "headers_ns",
+    "first_event_ns",
+    "first_token_ns",
+    "first_content_ns",
+    "last_token_ns",
+    "end_ns",
+    "prompt_tokens_requested",
+    "max_tokens",
+    "prompt_tokens",
+    "output_tokens",
+)
+"""Columns of `requests` parts that analysis reads (the rest stay on disk)."""
+
+CHUNK_COLUMNS: Final = ("request_id", "seq", "offset_ns", "tokens")
+"""Columns of `chunks` parts that analysis reads."""
+
+_PART_RE = re.compile(r"^(requests|chunks)/worker=([^/]+)/part-\d+\.parquet$")
+_INDEX_RE = re.compile(r"^index/worker=([^/]+)\.json$")
+_READ_THREADS = 8
+_MAX_NAMED = 10
+
+
+def _names(items: list[str]) -> str:
+    shown = ", ".join(items[:_MAX_NAMED])
+    more = len(items) - _MAX_NAMED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+@dataclass
+class Completeness:
+    """What was found against what the manifest and the workers' indexes recorded."""
+
+    workers_expected: list[str] = field(default_factory=list)
+    workers_found: list[str] = field(default_factory=list)
+    workers_without_final_index: list[str] = field(default_factory=list)
+    parts_expected: int = 0
+    parts_found: int = 0
+    parts_read: int = 0
+    rows_expected: dict[str, int] = field(default_factory=dict)
+    rows_read: dict[str, int] = field(default_factory=lambda: {"requests": 0, "chunks": 0})
+    missing_parts: list[str] = field(default_factory=list)
+    corrupt_parts: dict[str, str] = field(default_factory=dict)  # key -> reason
+    unindexed_parts: list[str] = field(default_factory=list)
+    row_mismatches: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (exp, read)
+
+    @property
+    def workers_missing(self) -> list[str]:
+        return sorted(set(self.workers_expected) - set(self.workers_found))
+
+    @property
+    def complete(self) -> bool:
+        return not (
+            self.missing_parts
+            or self.corrupt_parts
+            or self.row_mismatches
+            or self.workers_missing
+            or self.workers_without_final_index
+        )
+
+    def warnings(self) -> list[str]:
+        """One line per problem, naming the parts and workers concerned."""
+        out = []
+        if self.missing_parts:
+            out.append(
+                f"{len(self.missing_parts)} part(s) recorded in worker indexes are missing "
+                f"(skipped): {_names(self.missing_parts)}"
+            )
+        if self.corrupt_parts:
+            named = [f"{k} ({r})" for k, r in self.corrupt_parts.items()]
+            out.append(
+                f"{len(self.corrupt_parts)} part(s) could not be read (skipped): {_names(named)}"
+            )
+        if self.row_mismatches:
+            named = [f"{k} (index {e}, read {r})" for k, (e, r) in self.row_mismatches.items()]
+            out.append(f"{len(named)} part(s) hold other row counts than indexed: {_names(named)}")
+        if self.workers_missing:
+            out.append(
+                f"{len(self.workers_missing)} worker(s) in the manifest left no parts: "
+                f"{_names(self.workers_missing)}"
+            )
+        if self.workers_without_final_index:
+            out.append(
+                f"{len(self.workers_without_final_index)} worker(s) have no final index, so "
+                f"their parts cannot be checked: {_names(self.workers_without_final_index)}"
+            )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "workers_expected": self.workers_expected,
+            "workers_found": self.workers_found,
+            "workers_missing": self.workers_missing,
+            "workers_without_final_index": self.workers_without_final_index,
+            "parts_expected": self.parts_expected,
+            "parts_found": self.parts_found,
+            "parts_read": self.parts_read,
+            "rows_expected": self.rows_expected,
+            "rows_read": self.rows_read,
+            "missing_parts": self.missing_parts,
+            "corrupt_parts": self.corrupt_parts,
+            "unindexed_parts": self.unindexed_parts,
+            "row_mismatches": {k: list(v) for k, v in self.row_mismatches.items()},
+        }
+
+
+@dataclass
+class RunData:
+    """A run's merged events (all workers) plus its manifest and completeness report."""
+
+    uri: str
+    run_id: str
+    manifest: dict[str, Any]
+    requests: pd.DataFrame
+    chunks: pd.DataFrame
+    completeness: Completeness
+    warnings: list[str]
+
+
+class Progress:
+    """A one-line progress counter on stderr, shown only when stderr is a terminal."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = total > 0 and self.stream.isatty()
+        self.total, self.label, self.done = total, label, 0
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            self.stream.write(f"\r{self.label}: {self.done}/{self.total} parts")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _read_manifest(store: ObjectStore) -> dict[str, Any] | None:
+    if not store.exists(MANIFEST_NAME):
+        return None
+    try:
+        manifest = json.loads(store.get(MANIFEST_NAME))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{store.uri}/{MANIFEST_NAME} is not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{store.uri}/{MANIFEST_NAME} is not a JSON object")
+    check_version(manifest.get("schema_version"), where=MANIFEST_NAME)
+    return manifest
+
+
+def _read_indexes(store: ObjectStore, keys: list[str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key in keys:
+        match = _INDEX_RE.match(key)
+        if not match:
+            continue
+        try:
+            index = json.loads(store.get(key))
+        except (ValueError, UnicodeDecodeError):
+            continue  # an unreadable index is reported as "no final index"
+        if isinstance(index, dict):
+            out[match.group(1)] = index
+    return out
+
+
+def _empty_frame(schema: pa.Schema, columns: tuple[str, ...]) -> pa.Table:
+    return pa.schema([schema.field(c) for c in columns]).empty_table()
+
+
+def _read_part(data: bytes, key: str, schema: pa.Schema, columns: tuple[str, ...]) -> pa.Table:
+    """Decode one part: needed columns only, version checked, absent (newer) columns null."""
+    dictionary = ["request_id"] if schema is CHUNKS_SCHEMA else []
+    file = pq.ParquetFile(io.BytesIO(data), read_dictionary=dictionary or None)
+    check_version(version_of(file.schema_arrow), where=key)
+    present = [c for c in columns if c in file.schema_arrow.names]
+    table = file.read(columns=present)
+    for name in columns:
+        if name not in present:
+            table = table.append_column(name, pa.nulls(len(table), schema.field(name).type))
+    table = table.select(list(columns))
+    target = [schema.field(c) for c in columns]
+    if dictionary:
+        target[0] = pa.field("request_id", pa.dictionary(pa.int32(), pa.string()))
+    return table.cast(pa.schema(target).remove_metadata(), safe=True)
+
+
+def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ...]) -> pd.DataFrame:
+    if not tables:
+        return _empty_frame(schema, columns).to_pandas()
+    table = pa.concat_tables(tables)
+    return table.to_pandas(split_blocks=True, self_destruct=True)
+
+
+def load_run(
+    run_uri: str,
+    *,
+    progress: bool = True,
+    progress_stream: TextIO | None = None,
+) -> RunData:
+    """Read every part of the run at `run_uri` (`<events-uri>/<run_id>`), all workers merged.
+
+    Raises UsageError when nothing at the URI looks like a run, SchemaVersionError for parts
+    or a manifest of an unknown major version. Missing and unreadable parts are skipped and
+    reported in `completeness` and `warnings`.
+    """
+    store = open_store(run_uri)
+    manifest = _read_manifest(store)
+    listed = store.list("")
+    keys = [o.key for o in listed]
+    parts = [k for k in keys if _PART_RE.match(k)]
+    if manifest is None and not parts:
+        raise UsageError(
+            f"no llmload run at {run_uri}: found no {MANIFEST_NAME} and no event parts; "
+            "RUN_URI is <events-uri>/<run_id>"
+        )
+    warnings: list[str] = []
+    if manifest is None:
+        warnings.append(f"{MANIFEST_NAME} is missing: no run metadata and no step timeline")
+        manifest = {}
+    run_id = str(manifest.get("run_id") or run_uri.rstrip("/").rsplit("/", 1)[-1])
+    indexes = _read_indexes(store, keys)
+
+    comp = Completeness()
+    manifest_workers = [str(w.get("worker_id")) for w in manifest.get("workers") or []]
+    comp.workers_expected = sorted(set(manifest_workers) | set(indexes))
+    comp.workers_found = sorted({_PART_RE.match(k).group(2) for k in parts})  # type: ignore[union-attr]
+    expected_rows: dict[str, int] = {}
+    for worker in sorted(set(comp.workers_expected) | set(comp.workers_found)):
+        index = indexes.get(worker)
+        if index is None or not index.get("final"):
+            comp.workers_without_final_index.append(worker)
+        if index is not None:
+            for key, rows in (index.get("parts") or {}).items():
+                expected_rows[str(key)] = int(rows)
+    found = set(parts)
+    comp.parts_expected = len(expected_rows)
+    comp.parts_found = len(parts)
+    comp.missing_parts = sorted(set(expected_rows) - found)
+    comp.unindexed_parts = sorted(
+        k
+        for k in found - set(expected_rows)
+        if _PART_RE.match(k).group(2) in indexes  # type: ignore[union-attr]
+    )
+    comp.rows_expected = {
+        t: sum(r for k, r in expected_rows.items() if k.startswith(f"{t}/"))
+        for t in ("requests", "chunks")
+    }
+
+    schemas = {
+        "requests": (REQUESTS_SCHEMA, REQUEST_COLUMNS),
+        "chunks": (CHUNKS_SCHEMA, CHUNK_COLUMNS),
+    }
+
+    def read(key: str) -> tuple[str, pa.Table | None, str]:
+        schema, columns = schemas[key.split("/", 1)[0]]
+        try:
+            return key, _read_part(store.get(key), key, schema, columns), ""
+        except SchemaVersionError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+            return key, None, reason
+
+    bar = Progress(len(parts), f"reading {run_id}", progress_stream) if progress else None
+    tables: dict[str, list[pa.Table]] = {"requests": [], "chunks": []}
+    with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
+        for key, table, reason in pool.map(read, parts):
+            if bar:
+                bar.step()
+            if table is None:
+                comp.corrupt_parts[key] = reason
+                continue
+            comp.parts_read += 1
+            name = key.split("/", 1)[0]
+            tables[name].append(table)
+            comp.rows_read[name] += len(table)
+            if key in expected_rows and expected_rows[key] != len(table):
+                comp.row_mismatches[key] = (expected_rows[key], len(table))
+    if bar:
+        bar.close()
+
+    requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
+    chunks = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)
+    if not isinstance(chunks["request_id"].dtype, pd.CategoricalDtype):
+        chunks["request_id"] = chunks["request_id"].astype("category")
+    warnings.extend(comp.warnings())
+    return RunData(run_uri, run_id, manifest, requests, chunks, comp, warnings)

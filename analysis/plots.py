@@ -1,0 +1,198 @@
+"""The report's plots as SVG text: matplotlib `Figure` objects only, never pyplot's global state.
+
+Each function takes a Report and returns a Plot (id, title, SVG). Missing values are left
+out of lines (never drawn as 0); an empty plot says "no data".
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from analysis.steps import CURVE_QUANTILES
+
+if TYPE_CHECKING:
+    from analysis.report import Report
+
+_TIMELINE_BINS = 400
+_STEP_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
+
+
+@dataclass(frozen=True)
+class Plot:
+    id: str
+    title: str
+    svg: str
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray:
+    return np.array([np.nan if r.get(key) is None else float(r[key]) for r in rows], dtype=float)
+
+
+def _no_data(ax: Axes) -> None:
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+def _concurrency_axis(ax: Axes, conc: np.ndarray) -> None:
+    ax.set_xlabel("concurrency (users)")
+    positive = conc[conc > 0]
+    if len(positive) and positive.max() / positive.min() >= 4:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(np.unique(positive))
+        ax.set_xticklabels([f"{c:g}" for c in np.unique(positive)])
+    ax.grid(True, alpha=0.3)
+
+
+def _lines(ax: Axes, x: np.ndarray, series: list[tuple[str, np.ndarray]], scale: float) -> None:
+    drawn = False
+    for label, y in series:
+        ok = ~np.isnan(y) & ~np.isnan(x)
+        if ok.any():
+            ax.plot(x[ok], y[ok] * scale, marker="o", label=label)
+            drawn = True
+    if drawn:
+        ax.legend(fontsize="small")
+    else:
+        _no_data(ax)
+
+
+def latency_vs_concurrency(report: Report) -> Plot:
+    rows = report.step_rows
+    conc = _values(rows, "concurrency")
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, metric in zip(axes, ("ttft", "tpot", "itl"), strict=True):
+        series = [(p, _values(rows, f"{metric}_{p}_s")) for p in ("p50", "p90", "p99")]
+        _lines(ax, conc, series, 1000)
+        ax.set_title(f"{metric.upper()} (ms)")
+        ax.set_ylabel("ms")
+        _concurrency_axis(ax, conc)
+    fig.suptitle("Latency percentiles vs concurrency")
+    return Plot("plot-latency", "TTFT, TPOT and ITL p50/p90/p99 vs concurrency", _svg(fig))
+
+
+def throughput_vs_concurrency(report: Report) -> Plot:
+    rows = report.step_rows
+    conc = _values(rows, "concurrency")
+    fig = Figure(figsize=(6, 3.6), layout="constrained")
+    ax = fig.subplots()
+    _lines(ax, conc, [("output tokens/s", _values(rows, "output_tokens_per_s"))], 1)
+    ax.set_ylabel("output tokens/s")
+    _concurrency_axis(ax, conc)
+    ax.set_title("Output throughput vs concurrency")
+    return Plot("plot-throughput", "Output tokens/s vs concurrency", _svg(fig))
+
+
+def throughput_vs_latency(report: Report) -> Plot:
+    rows = report.step_rows
+    tput = _values(rows, "output_tokens_per_s")
+    conc = _values(rows, "concurrency")
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for ax, key, label in (
+        (axes[0], "ttft_p99_s", "TTFT p99 (ms)"),
+        (axes[1], "tpot_p50_s", "TPOT p50 (ms)"),
+    ):
+        lat = _values(rows, key) * 1000
+        ok = ~np.isnan(tput) & ~np.isnan(lat)
+        if ok.any():
+            ax.plot(tput[ok], lat[ok], marker="o")
+            for x, y, c in zip(tput[ok], lat[ok], conc[ok], strict=True):
+                ax.annotate(f"c={c:g}", (x, y), textcoords="offset points", xytext=(4, 4))
+        else:
+            _no_data(ax)
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("Throughput vs latency (the knee)")
+    return Plot("plot-knee", "Throughput vs latency (the knee)", _svg(fig))
+
+
+def latency_distributions(report: Report) -> Plot:
+    """Per-step CDFs of TTFT, TPOT, E2E (per request) and ITL (per token)."""
+    rows = report.table.rows
+    fig = Figure(figsize=(12, 7), layout="constrained")
+    axes = fig.subplots(2, 2).ravel()
+    for ax, metric in zip(axes, ("ttft", "tpot", "itl", "e2e"), strict=True):
+        drawn = False
+        for g, (row, curves) in enumerate(zip(rows, report.table.curves, strict=True)):
+            curve = curves.get(metric)
+            if curve is None or np.isnan(curve).all():
+                continue
+            label = "cold" if row["group"] == "cold" else f"c={row['concurrency']}"
+            color = _STEP_COLORS[g % len(_STEP_COLORS)]
+            ax.plot(curve * 1000, CURVE_QUANTILES, label=label, color=color, drawstyle="steps-post")
+            drawn = True
+        if drawn:
+            ax.legend(fontsize="x-small")
+        else:
+            _no_data(ax)
+        ax.set_title(f"{metric.upper()} CDF" + (" (per token)" if metric == "itl" else ""))
+        ax.set_xlabel("ms")
+        ax.set_ylabel("fraction")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("Latency distributions per step")
+    return Plot("plot-distributions", "Per-step latency distributions (CDF)", _svg(fig))
+
+
+def timeline(report: Report) -> Plot:
+    """Requests in flight and errors over wall-clock time, steady windows shaded."""
+    per = report.per_request
+    sent = per["sent_at_ns"].to_numpy(np.int64)
+    done = report.table.done_ns
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    ax = fig.subplots()
+    if len(sent) == 0:
+        _no_data(ax)
+        return Plot("plot-timeline", "Requests in flight and errors over time", _svg(fig))
+    t0 = int(sent.min())
+    last = int(max(sent.max(), done.max()))
+    edges = np.linspace(t0, max(last, t0 + 1), _TIMELINE_BINS + 1)
+    sent_sorted = np.sort(sent)
+    done_sorted = np.sort(done[done >= 0])
+    in_flight = np.searchsorted(sent_sorted, edges, "right") - np.searchsorted(
+        done_sorted, edges, "right"
+    )
+    x = (edges - t0) / 1e9
+    ax.step(x, in_flight, where="post", label="in flight", color="#4c72b0")
+    ax.set_xlabel("seconds since the first request")
+    ax.set_ylabel("requests in flight")
+    failed = (per["status"].to_numpy(str) == "error") & (done >= 0)
+    if failed.any():
+        counts, _ = np.histogram(done[failed], bins=edges)
+        ax2 = ax.twinx()
+        ax2.bar(x[:-1], counts, width=np.diff(x), align="edge", color="#c44e52", alpha=0.6)
+        ax2.set_ylabel("errors per bin", color="#c44e52")
+    for row in report.table.rows:
+        if row["window_start_ns"] is None:
+            continue
+        start = (row["window_start_ns"] - t0) / 1e9
+        end = (row["window_end_ns"] - t0) / 1e9
+        color = "#999999" if row["group"] == "cold" else "#55a868"
+        ax.axvspan(start, end, color=color, alpha=0.12)
+        label = "cold" if row["group"] == "cold" else f"c={row['concurrency']}"
+        ax.text(start, 1.0, label, transform=ax.get_xaxis_transform(), fontsize="x-small", va="top")
+    ax.grid(True, alpha=0.3)
+    ax.set_title("Requests in flight (line), errors (bars), steady windows (shaded)")
+    return Plot("plot-timeline", "Requests in flight and errors over time", _svg(fig))
+
+
+def all_plots(report: Report) -> list[Plot]:
+    return [
+        latency_vs_concurrency(report),
+        throughput_vs_concurrency(report),
+        throughput_vs_latency(report),
+        latency_distributions(report),
+        timeline(report),
+    ]

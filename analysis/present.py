@@ -1,0 +1,166 @@
+"""Presentation helpers shared by the Markdown and HTML reports: numbers, facts, the step table."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from analysis.report import Report
+
+MISSING: Final = "—"
+
+SIMULATED_BANNER: Final = (
+    "SIMULATED TARGET: this run measured a simulated engine. The numbers describe the "
+    "harness and the simulator, not real inference performance."
+)
+
+
+def is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def ms(value: Any) -> str:
+    """Seconds shown as milliseconds with 3 significant digits; missing as a dash."""
+    if is_missing(value):
+        return MISSING
+    v = float(value) * 1000
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def num(value: Any, digits: int = 1) -> str:
+    if is_missing(value):
+        return MISSING
+    return f"{float(value):,.{digits}f}"
+
+
+def pct(value: Any) -> str:
+    return MISSING if is_missing(value) else f"{float(value):.1%}"
+
+
+def step_label(row: dict[str, Any]) -> str:
+    return "cold" if row["group"] == "cold" else str(row["step"])
+
+
+def slo_label(row: dict[str, Any]) -> str:
+    if row.get("slo_pass") is None:
+        return MISSING
+    return "pass" if row["slo_pass"] else f"FAIL ({row['slo_failures']})"
+
+
+STEP_TABLE: Final = (
+    ("step", step_label),
+    ("concurrency", lambda r: str(r["concurrency"])),
+    ("requests", lambda r: str(r["requests"])),
+    ("ok", lambda r: str(r["ok"])),
+    ("error rate", lambda r: pct(r["error_rate"])),
+    ("TTFT p50 ms", lambda r: ms(r["ttft_p50_s"])),
+    ("TTFT p99 ms", lambda r: ms(r["ttft_p99_s"])),
+    ("TPOT p50 ms", lambda r: ms(r["tpot_p50_s"])),
+    ("TPOT p99 ms", lambda r: ms(r["tpot_p99_s"])),
+    ("ITL p50 ms", lambda r: ms(r["itl_p50_s"])),
+    ("ITL p99 ms", lambda r: ms(r["itl_p99_s"])),
+    ("E2E p50 ms", lambda r: ms(r["e2e_p50_s"])),
+    ("E2E p99 ms", lambda r: ms(r["e2e_p99_s"])),
+    ("output tok/s", lambda r: num(r["output_tokens_per_s"])),
+    ("req/s", lambda r: num(r["requests_per_s"], 2)),
+    ("goodput req/s", lambda r: num(r["goodput_requests_per_s"], 2)),
+    ("SLO", slo_label),
+)
+"""Columns of the human step table: (header, row -> text). summary.csv has every column."""
+
+
+def step_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    headers = [h for h, _ in STEP_TABLE]
+    return headers, [[cell(r) for _, cell in STEP_TABLE] for r in report.table.rows]
+
+
+def error_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Error counts by kind, only the kinds that occurred."""
+    kinds = sorted(
+        {
+            k[len("errors_") :]
+            for r in report.table.rows
+            for k, v in r.items()
+            if k.startswith("errors_") and v
+        }
+    )
+    rows = [[step_label(r), *(str(r[f"errors_{k}"]) for k in kinds)] for r in report.table.rows]
+    return ["step", *kinds], rows if kinds else []
+
+
+def run_facts(report: Report) -> list[tuple[str, str]]:
+    """(label, text) pairs from the manifest: model, server, versions, hardware, workers."""
+    m = report.manifest
+    target = m.get("target") or {}
+    versions = m.get("versions") or {}
+    hardware = m.get("hardware") or (m.get("config") or {}).get("hardware")
+    server = ", ".join(
+        str(v)
+        for v in (target.get("url"), target.get("server_version"), target.get("server_header"))
+        if v
+    )
+    workers = m.get("workers") or []
+    hosts = m.get("hosts") or []
+    facts = [
+        ("run", f"{report.run_id} ({m.get('status', 'unknown status')})"),
+        ("model", str(target.get("model") or "not recorded")),
+        ("server", server or "not recorded"),
+        ("simulated", "YES" if report.simulated else "no"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items()) or "not recorded"),
+        ("hardware", str(hardware) if hardware else "not recorded"),
+        ("workers", f"{len(workers)} on {len(hosts)} host(s)" if workers else "not recorded"),
+        ("started", str(m.get("created_at") or "not recorded")),
+        ("ended", str(m.get("ended_at") or "not recorded")),
+        ("events", report.run_uri),
+    ]
+    return facts
+
+
+def completeness_lines(report: Report) -> list[str]:
+    c = report.completeness
+    expected = f" of {c.parts_expected} recorded" if c.parts_expected else ""
+    rows = ", ".join(
+        f"{t} {c.rows_read.get(t, 0):,}"
+        + (f" of {c.rows_expected[t]:,} recorded" if c.rows_expected.get(t) else "")
+        for t in ("requests", "chunks")
+    )
+    present = len(set(c.workers_found) & set(c.workers_expected)) if c.workers_expected else None
+    workers = (
+        f"{present} of {len(c.workers_expected)} expected"
+        if present is not None
+        else f"{len(c.workers_found)} (no worker list recorded)"
+    )
+    return [
+        f"complete: {'yes' if c.complete else 'NO'}",
+        f"parts: {c.parts_read} read of {c.parts_found} found{expected}; "
+        f"{len(c.missing_parts)} missing, {len(c.corrupt_parts)} unreadable",
+        f"rows read: {rows}",
+        f"workers with parts: {workers}",
+    ]
+
+
+def slo_lines(report: Report) -> list[str]:
+    slo = report.slo
+    if not slo:
+        return ["no SLO given (use --slo, e.g. ttft_p99=0.5,tpot_p50=0.05,e2e_p99=10,ttft=1)"]
+    lines = [f"SLO: `{slo.spec}`"]
+    if slo.objectives:
+        failing = [step_label(r) for r in report.step_rows if r["slo_pass"] is False]
+        lines.append(
+            "all steps meet the SLO" if not failing else f"steps failing: {', '.join(failing)}"
+        )
+        best = report.best_concurrency
+        lines.append(
+            f"highest concurrency meeting the SLO: {best}"
+            if best is not None
+            else "no step meets the SLO"
+        )
+    if slo.thresholds:
+        lines.append(
+            "goodput counts requests meeting every per-request threshold: "
+            + ", ".join(f"{t.name} <= {t.limit:g} s" for t in slo.thresholds)
+        )
+    else:
+        lines.append("goodput not computed: give per-request thresholds (e.g. ttft=1,tpot=0.1)")
+    return lines

@@ -1,0 +1,192 @@
+"""The library entry: a run's events in, percentile reports per concurrency step out.
+
+    report = build_report("s3://bench/runs/r1", "out/", slo="ttft_p99=0.5,tpot=0.05")
+    report.summary            # one row per step (+ the cold group), columns as in docs/reports.md
+    report.slo_failed, report.best_concurrency, report.warnings, report.files
+
+`summarize_run` does the computing without writing anything (compare uses it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from analysis.load import Completeness, RunData, load_run
+from analysis.metrics import compute_request_metrics
+from analysis.slo import Slo, parse_slo
+from analysis.steps import StepTable, aggregate_steps
+
+SUMMARY_SCHEMA_VERSION: Final = "1.0"
+"""Version of summary.json (and the summary.csv columns); major changes break readers."""
+
+SUMMARY_KIND: Final = "llmload.summary"
+
+CPU_SATURATED_PERCENT: Final = 80.0
+"""Client CPU above this (when the manifest records it) earns a warning."""
+
+_RUN_FIELDS = ("run_id", "status", "created_at", "ended_at", "target", "versions", "hosts")
+_RUN_FIELDS_MORE = ("workers", "config", "cold_start", "steps", "hardware")
+
+
+@dataclass
+class Report:
+    """Everything a report shows; `files` names what build_report wrote."""
+
+    run_id: str
+    run_uri: str
+    manifest: dict[str, Any]
+    completeness: Completeness
+    slo: Slo
+    table: StepTable
+    warnings: list[str]
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        return self.table.frame
+
+    @property
+    def per_request(self) -> pd.DataFrame:
+        return self.table.per_request
+
+    @property
+    def simulated(self) -> bool:
+        return bool((self.manifest.get("target") or {}).get("simulated"))
+
+    @property
+    def step_rows(self) -> list[dict[str, Any]]:
+        return [r for r in self.table.rows if r["group"] == "step"]
+
+    @property
+    def slo_failed(self) -> bool:
+        return any(r["slo_pass"] is False for r in self.step_rows)
+
+    @property
+    def best_concurrency(self) -> int | None:
+        """The highest concurrency whose step meets every SLO objective (None: none or no SLO)."""
+        passing = [int(r["concurrency"]) for r in self.step_rows if r["slo_pass"] is True]
+        return max(passing) if passing else None
+
+    def run_metadata(self) -> dict[str, Any]:
+        meta = {k: self.manifest.get(k) for k in (*_RUN_FIELDS, *_RUN_FIELDS_MORE)}
+        meta["run_id"] = self.run_id
+        return meta
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json: schema version, run metadata, completeness, SLO, warnings, steps."""
+        return jsonable(
+            {
+                "schema_version": SUMMARY_SCHEMA_VERSION,
+                "kind": SUMMARY_KIND,
+                "run_id": self.run_id,
+                "run_uri": self.run_uri,
+                "simulated": self.simulated,
+                "run": self.run_metadata(),
+                "completeness": self.completeness.to_dict(),
+                "slo": {
+                    **self.slo.to_dict(),
+                    "failed": self.slo_failed if self.slo.objectives else None,
+                    "best_concurrency": self.best_concurrency,
+                },
+                "warnings": self.warnings,
+                "steps": self.table.rows,
+            }
+        )
+
+
+def jsonable(value: Any) -> Any:
+    """NaN and pandas/numpy scalars made JSON-safe (NaN -> null: missing, never 0)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if value is None or value is pd.NA:
+        return None
+    if hasattr(value, "item") and not isinstance(value, str):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _cpu_warnings(manifest: dict[str, Any]) -> list[str]:
+    out = []
+    for worker in manifest.get("workers") or []:
+        cpu = worker.get("cpu_percent_max") if isinstance(worker, dict) else None
+        if isinstance(cpu, int | float) and cpu > CPU_SATURATED_PERCENT:
+            out.append(
+                f"worker {worker.get('worker_id')} reached {cpu:.0f}% CPU: the client may have "
+                "been saturated and its timings inflated; add workers"
+            )
+    return out
+
+
+def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
+    """Compute the per-request metrics and the per-step summary of a loaded run."""
+    slo = slo if isinstance(slo, Slo) else parse_slo(slo)
+    metrics = compute_request_metrics(run.requests, run.chunks)
+    table = aggregate_steps(run, metrics, slo)
+    warnings = [*run.warnings, *table.warnings, *_cpu_warnings(run.manifest)]
+    if run.requests.empty:
+        warnings.append("the run holds no request rows: there is nothing to summarise")
+    report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
+    if report.simulated:
+        warnings.insert(0, "the target was SIMULATED: these numbers are not inference performance")
+    return report
+
+
+def write_tables(report: Report, out_dir: Path) -> dict[str, Path]:
+    """requests.parquet, requests.csv, summary.csv, summary.json."""
+    files = {
+        "requests.parquet": out_dir / "requests.parquet",
+        "requests.csv": out_dir / "requests.csv",
+        "summary.csv": out_dir / "summary.csv",
+        "summary.json": out_dir / "summary.json",
+    }
+    table = pa.Table.from_pandas(report.per_request, preserve_index=False)
+    pq.write_table(table, files["requests.parquet"])
+    pacsv.write_csv(table, files["requests.csv"])
+    report.summary.to_csv(files["summary.csv"], index=False, na_rep="")
+    text = json.dumps(report.to_json(), indent=2, allow_nan=False)
+    files["summary.json"].write_text(text + "\n", encoding="utf-8")
+    return files
+
+
+def build_report(
+    run_uri: str,
+    out_dir: str | Path,
+    slo: Slo | str | None = None,
+    *,
+    html: bool = True,
+    progress: bool = True,
+    progress_stream: TextIO | None = None,
+) -> Report:
+    """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
+
+    The SLO spec is parsed before anything is read, so a bad spec writes nothing.
+    """
+    from analysis.report_html import render_html
+    from analysis.report_md import render_markdown
+
+    slo = slo if isinstance(slo, Slo) else parse_slo(slo)
+    run = load_run(run_uri, progress=progress, progress_stream=progress_stream)
+    report = summarize_run(run, slo)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = write_tables(report, out)
+    files["report.md"] = out / "report.md"
+    files["report.md"].write_text(render_markdown(report), encoding="utf-8")
+    if html:
+        files["report.html"] = out / "report.html"
+        files["report.html"].write_text(render_html(report), encoding="utf-8")
+    report.files = files
+    return report

@@ -1,0 +1,49 @@
+"""report.md: the run's facts, SLO verdict, per-step table and warnings, for pull requests."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.present import (
+    SIMULATED_BANNER,
+    completeness_lines,
+    error_table,
+    run_facts,
+    slo_lines,
+    step_table,
+)
+
+if TYPE_CHECKING:
+    from analysis.report import Report
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(headers), "|" + "---|" * len(headers), *(line(r) for r in rows)])
+
+
+def render_markdown(report: Report) -> str:
+    out = [f"# llmload report: {report.run_id}", ""]
+    if report.simulated:
+        out += [f"> **{SIMULATED_BANNER}**", ""]
+    out += [md_table(["", ""], [[k, v] for k, v in run_facts(report)]), ""]
+    out += ["## SLO", "", *(f"- {line}" for line in slo_lines(report)), ""]
+    headers, rows = step_table(report)
+    out += [
+        "## Steps",
+        "",
+        "Latencies over successful requests sent in each step's steady window; "
+        "ITL weights every token; throughput over the window. All columns: summary.csv.",
+        "",
+        md_table(headers, rows),
+        "",
+    ]
+    headers, rows = error_table(report)
+    if rows:
+        out += ["## Errors by kind", "", md_table(headers, rows), ""]
+    out += ["## Completeness", "", *(f"- {line}" for line in completeness_lines(report)), ""]
+    if report.warnings:
+        out += ["## Warnings", "", *(f"- {w}" for w in report.warnings), ""]
+    return "\n".join(out)

@@ -1,0 +1,338 @@
+"""Per-step statistics: one summary row per concurrency step, plus one for the cold-start group.
+
+Which requests count (docs/metrics.md, "Per-step statistics"):
+
+- A step's requests are the non-cold requests tagged with that step whose send time falls in
+  the step's steady window; `requests_total` counts every request tagged with the step.
+- Latency distributions (TTFT, TPOT, ITL per token, ICL, E2E) use the successful ones.
+- Throughput is time-based: output tokens of non-cold requests whose chunk arrived inside the
+  window, successful requests (and good requests) that completed inside it, prompt tokens of
+  requests whose first token arrived inside it — each over the window's length.
+- The cold group holds the cold requests, over the span from their first send to their last
+  response end.
+
+Every distribution comes from the merged rows of all workers: nothing is averaged across
+workers. No data gives NaN (None in JSON), never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import pandas as pd
+
+from analysis.load import RunData
+from analysis.metrics import RequestMetrics, Samples, chunk_request_index
+from analysis.schema import ERROR_KINDS
+from analysis.slo import Slo
+from analysis.stats import DistributionSummary, SortedSamples
+from analysis.windows import Window, plan_steps, request_span
+
+LATENCY_METRICS: Final = ("ttft", "tpot", "itl", "icl", "e2e")
+"""Metrics summarised per step; each gets `<metric>_<stat>_s` columns (stats.STATS)."""
+
+FEW_REQUESTS: Final = 30
+"""Fewer successful requests than this in a step's window earns a warning."""
+
+CURVE_QUANTILES: Final = np.linspace(0.0, 1.0, 201)
+"""Quantiles kept per group and metric to draw distributions without re-sorting."""
+
+HIGH_ERROR_RATE: Final = 0.05
+"""A step error rate above this earns a warning."""
+
+PER_REQUEST_COLUMNS: Final = (
+    "request_id",
+    "worker_id",
+    "step",
+    "concurrency",
+    "scenario",
+    "status",
+    "error_kind",
+    "http_status",
+    "cold",
+    "steady",
+    "good",
+    "sent_at_ns",
+    "ttfe_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_mean_s",
+    "icl_mean_s",
+    "output_tokens_per_s",
+    "output_tokens",
+    "prompt_tokens",
+    "prompt_tokens_requested",
+    "max_tokens",
+    "chunk_count",
+    "chunk_tokens",
+)
+"""Columns of requests.parquet / requests.csv, in order."""
+
+
+@dataclass
+class StepTable:
+    """Summary rows (cold group first, then steps in order) and the per-request table."""
+
+    rows: list[dict[str, Any]]
+    per_request: pd.DataFrame
+    done_ns: np.ndarray  # per request: wall-clock end of the response, -1 when unknown
+    curves: list[dict[str, np.ndarray]]  # per row: metric -> quantiles at CURVE_QUANTILES
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame; integer columns that may be missing are nullable Int64."""
+        frame = pd.DataFrame(self.rows)
+        for column in ("step", "good", "window_start_ns", "window_end_ns"):
+            if column in frame:
+                frame[column] = frame[column].astype("Int64")
+        if "slo_pass" in frame:
+            frame["slo_pass"] = frame["slo_pass"].astype("boolean")
+        return frame
+
+
+@dataclass
+class _Arrays:
+    """Per-request and per-chunk arrays computed once for every group."""
+
+    sent: np.ndarray
+    done: np.ndarray
+    first_token_at: np.ndarray
+    ok: np.ndarray
+    status: np.ndarray
+    error_kind: np.ndarray
+    prompt_for_rate: np.ndarray
+    good: np.ndarray | None
+    chunk_request: np.ndarray
+    chunk_at: np.ndarray
+    chunk_tokens: np.ndarray
+
+
+def _float(frame: pd.DataFrame, column: str) -> np.ndarray:
+    return pd.to_numeric(frame[column], errors="coerce").to_numpy(np.float64)
+
+
+def _abs_ns(sent: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """sent + offset in int64 ns; -1 where the offset is missing."""
+    have = ~np.isnan(offset)
+    return np.where(have, sent + np.where(have, offset, 0).astype(np.int64), -1)
+
+
+def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
+    req = run.requests
+    sent = req["sent_at_ns"].to_numpy(np.int64)
+    status = req["status"].astype(str).to_numpy()
+    ok = status == "ok"
+    prompt = _float(req, "prompt_tokens")
+    prompt = np.where(np.isnan(prompt), _float(req, "prompt_tokens_requested"), prompt)
+    chunk_request = chunk_request_index(req["request_id"], run.chunks["request_id"])
+    known = chunk_request >= 0
+    chunk_request = chunk_request[known]
+    offsets = run.chunks["offset_ns"].to_numpy(np.int64)[known]
+    return _Arrays(
+        sent=sent,
+        done=_abs_ns(sent, _float(req, "end_ns")),
+        first_token_at=_abs_ns(sent, _float(req, "first_token_ns")),
+        ok=ok,
+        status=status,
+        error_kind=req["error_kind"].to_numpy(object),
+        prompt_for_rate=prompt,
+        good=slo.good(metrics.per_request, ok),
+        chunk_request=chunk_request,
+        chunk_at=sent[chunk_request] + offsets,
+        chunk_tokens=run.chunks["tokens"].to_numpy(np.int64)[known],
+    )
+
+
+def _mean(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def _rate(count: float, window: Window | None) -> float:
+    if window is None or window.length_s <= 0:
+        return float("nan")
+    return float(count) / window.length_s
+
+
+def _group_row(
+    a: _Arrays,
+    run: RunData,
+    metrics: RequestMetrics,
+    *,
+    group: str,
+    step: int | None,
+    concurrency: int,
+    window: Window | None,
+    tagged: np.ndarray,
+    members: np.ndarray,
+    eligible: np.ndarray,
+    curves: dict[str, np.ndarray],
+) -> dict[str, Any]:
+    """One summary row. `members`: the group's requests; `eligible`: requests whose output
+    may count towards the group's throughput (non-cold for steps, cold for the cold group).
+    Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES (for plots)."""
+    per = metrics.per_request
+    req = run.requests
+    latency = members & a.ok
+    ok = int(latency.sum())
+    failed = int((members & (a.status == "error")).sum())
+    row: dict[str, Any] = {
+        "group": group,
+        "step": step,
+        "concurrency": concurrency,
+        "requests_total": int(tagged.sum()),
+        "requests": int(members.sum()),
+        "ok": ok,
+        "failed": failed,
+        "cancelled": int((members & (a.status == "cancelled")).sum()),
+        "aborted": int((members & (a.status == "aborted")).sum()),
+        "error_rate": failed / (ok + failed) if ok + failed else float("nan"),
+    }
+    for metric in LATENCY_METRICS:
+        if metric in ("itl", "icl"):
+            samples: Samples = getattr(metrics, metric).select(latency)
+            ordered = SortedSamples.of(samples.value_s, samples.weight)
+        else:
+            ordered = SortedSamples.of(per[f"{metric}_s"].to_numpy(np.float64)[latency])
+        row.update(DistributionSummary.of_sorted(ordered).columns(metric))
+        curves[metric] = ordered.quantiles(CURVE_QUANTILES)
+
+    if window is not None:
+        chunk_in = window.contains(a.chunk_at) & eligible[a.chunk_request]
+        done_in = eligible & window.contains(a.done)
+        tokens = float(a.chunk_tokens[chunk_in].sum())
+        completed = float((done_in & a.ok).sum())
+        prefilled = eligible & window.contains(a.first_token_at)
+        prompt = float(np.nansum(a.prompt_for_rate[prefilled]))
+        good = float((done_in & a.good).sum()) if a.good is not None else float("nan")
+    else:
+        tokens = completed = prompt = good = float("nan")
+    row.update(
+        {
+            "requests_per_s": _rate(completed, window),
+            "output_tokens_per_s": _rate(tokens, window),
+            "input_tokens_per_s": _rate(prompt, window),
+            "goodput_requests_per_s": _rate(good, window),
+            "good": int(a.good[members].sum()) if a.good is not None else None,
+            "window_start_ns": window.start_ns if window else None,
+            "window_end_ns": window.end_ns if window else None,
+            "window_s": window.length_s if window else float("nan"),
+            "window_source": window.source if window else None,
+            "prompt_tokens_requested_mean": _mean(_float(req, "prompt_tokens_requested")[latency]),
+            "prompt_tokens_mean": _mean(_float(req, "prompt_tokens")[latency]),
+            "output_tokens_requested_mean": _mean(_float(req, "max_tokens")[latency]),
+            "output_tokens_mean": _mean(_float(req, "output_tokens")[latency]),
+        }
+    )
+    kinds = a.error_kind[members]
+    kinds = kinds[pd.notna(kinds)].astype(str)
+    for kind in ERROR_KINDS:
+        row[f"errors_{kind}"] = int((kinds == kind).sum())
+    row["errors_other"] = int((~np.isin(kinds, ERROR_KINDS)).sum())
+    return row
+
+
+def _step_warnings(row: dict[str, Any]) -> list[str]:
+    name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
+    out = []
+    if row["requests"] and row["ok"] == 0:
+        out.append(f"{name}: no successful request in the window; its latencies are missing")
+    elif 0 < row["ok"] < FEW_REQUESTS and row["group"] != "cold":
+        out.append(
+            f"{name}: only {row['ok']} successful request(s) in the window; "
+            "its high percentiles are weak"
+        )
+    elif row["requests"] == 0 and row["group"] != "cold":
+        out.append(f"{name}: no request was sent in its steady window")
+    rate = row["error_rate"]
+    if rate == rate and rate > HIGH_ERROR_RATE:
+        out.append(f"{name}: error rate {rate:.1%} (latencies describe the survivors only)")
+    return out
+
+
+def _new(curves: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    curves.append({})
+    return curves[-1]
+
+
+def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTable:
+    """Summary rows for the cold group (when present) and every step, plus per-request flags."""
+    req = run.requests
+    a = _arrays(run, metrics, slo)
+    plans, warnings = plan_steps(run.manifest, req, a.done)
+    cold = req["cold"].to_numpy(bool)
+    step_col = req["step"].to_numpy(np.int64)
+    n = len(req)
+    steady = np.zeros(n, dtype=bool)
+    rows: list[dict[str, Any]] = []
+    curves: list[dict[str, np.ndarray]] = []
+
+    if cold.any():
+        cold_start = run.manifest.get("cold_start") or {}
+        concurrency = cold_start.get("concurrency")
+        if concurrency is None:
+            concurrency = int(req["concurrency"].to_numpy(np.int64)[cold].max())
+        window = request_span(a.sent[cold], a.done[cold], "cold")
+        rows.append(
+            _group_row(
+                a,
+                run,
+                metrics,
+                group="cold",
+                step=None,
+                concurrency=int(concurrency),
+                window=window,
+                tagged=cold,
+                members=cold,
+                eligible=cold,
+                curves=_new(curves),
+            )
+        )
+    not_cold = ~cold
+    for plan in plans:
+        tagged = not_cold & (step_col == plan.step)
+        members = tagged & plan.window.contains(a.sent) if plan.window else np.zeros(n, bool)
+        steady |= members
+        rows.append(
+            _group_row(
+                a,
+                run,
+                metrics,
+                group="step",
+                step=plan.step,
+                concurrency=plan.concurrency,
+                window=plan.window,
+                tagged=tagged,
+                members=members,
+                eligible=not_cold,
+                curves=_new(curves),
+            )
+        )
+
+    for row in rows:
+        warnings.extend(_step_warnings(row))
+        if row["group"] == "step" and slo.objectives:
+            failures = slo.failures(row)
+            row["slo_pass"] = not failures
+            row["slo_failures"] = "; ".join(failures)
+        else:
+            row["slo_pass"] = None
+            row["slo_failures"] = ""
+    if metrics.orphan_chunks:
+        warnings.append(
+            f"{metrics.orphan_chunks} chunk row(s) belong to no request row (a requests part "
+            "is missing?); they are left out of every statistic"
+        )
+
+    per = pd.concat(
+        [req.reset_index(drop=True), metrics.per_request.reset_index(drop=True)], axis=1
+    )
+    per["steady"] = steady
+    per["good"] = pd.array(a.good, dtype="boolean") if a.good is not None else pd.NA
+    per["good"] = per["good"].astype("boolean")
+    per = per[list(PER_REQUEST_COLUMNS)]
+    return StepTable(rows, per, a.done, curves, warnings)

@@ -1,0 +1,108 @@
+"""Steady-state windows of the concurrency steps, from the manifest's actual step timeline.
+
+The steady window of a step is `[spawned_at_ns + warmup_s, ended_at_ns]` (master wall clock,
+both ends included). A step the manifest does not time (hand-made runs, a step missing from
+the timeline, a step that never ended) falls back to the span of its own requests, from the
+first send to the last response end, and says so in a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Window:
+    """A closed wall-clock interval in ns since the epoch, and where it came from."""
+
+    start_ns: int
+    end_ns: int
+    source: str  # "manifest", "requests" (fallback span) or "cold" (span of the cold group)
+
+    @property
+    def length_s(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+    def contains(self, t_ns: np.ndarray) -> np.ndarray:
+        return (t_ns >= self.start_ns) & (t_ns <= self.end_ns)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One concurrency step: its index, target concurrency and steady window (None: empty)."""
+
+    step: int
+    concurrency: int
+    window: Window | None
+
+
+def request_span(sent_ns: np.ndarray, done_ns: np.ndarray, source: str) -> Window | None:
+    """From the first send to the last response end (or send, for unfinished requests)."""
+    if len(sent_ns) == 0:
+        return None
+    last = np.maximum(sent_ns, np.where(done_ns >= 0, done_ns, sent_ns))
+    return Window(int(sent_ns.min()), int(last.max()), source)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def plan_steps(
+    manifest: dict[str, Any], requests: pd.DataFrame, done_ns: np.ndarray
+) -> tuple[list[StepPlan], list[str]]:
+    """Every step of the run (manifest timeline and steps seen in requests), with warnings.
+
+    `done_ns` is each request's wall-clock end (`sent_at_ns + end_ns`, -1 when unknown).
+    """
+    warnings: list[str] = []
+    timeline = {}
+    for entry in manifest.get("steps") or []:
+        step = _int(entry.get("step"))
+        if step is not None:
+            timeline[step] = entry
+    not_cold = ~requests["cold"].to_numpy(bool)
+    step_col = requests["step"].to_numpy(np.int64)
+    sent = requests["sent_at_ns"].to_numpy(np.int64)
+    seen = sorted(set(np.unique(step_col[not_cold]).tolist()))
+    plans = []
+    fallback = []
+    for step in sorted(set(timeline) | set(seen)):
+        mine = not_cold & (step_col == step)
+        entry = timeline.get(step, {})
+        concurrency = _int(entry.get("concurrency"))
+        if concurrency is None:
+            values = requests["concurrency"].to_numpy(np.int64)[mine]
+            concurrency = int(values.max()) if len(values) else 0
+        spawned, ended = _int(entry.get("spawned_at_ns")), _int(entry.get("ended_at_ns"))
+        warmup_ns = int(round(float(entry.get("warmup_s") or 0.0) * NS_PER_S))
+        window: Window | None
+        if spawned is not None and ended is not None:
+            window = Window(spawned + warmup_ns, ended, "manifest")
+            if window.end_ns <= window.start_ns:
+                warnings.append(
+                    f"step {step}: the steady window is empty (warmup {warmup_ns / NS_PER_S:g} s "
+                    "outlasts the step); no latency statistics for it"
+                )
+                window = None
+        else:
+            window = request_span(sent[mine], done_ns[mine], "requests")
+            if window is not None:
+                fallback.append(step)
+        plans.append(StepPlan(step, concurrency, window))
+    if fallback:
+        listed = ", ".join(str(s) for s in fallback)
+        warnings.append(
+            f"the manifest has no step timeline for step(s) {listed}: their windows are the span "
+            "of their requests (warmup and ramp included)"
+        )
+    return plans, warnings

@@ -1,0 +1,70 @@
+"""`llmload report RUN_URI`: merge a run's events into percentile reports per concurrency step."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+EXIT_SLO_FAILED = 3
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "report",
+        help="merge a run's events into per-step percentile reports",
+        description=(
+            "Read every part of a run (s3://bucket/prefix/<run_id>, file:///path/<run_id> or a "
+            "path), merge all workers exactly and write requests.parquet/.csv, summary.csv/.json, "
+            "report.md and report.html. Exit 3 with --fail-on-slo when a step misses the SLO."
+        ),
+    )
+    parser.add_argument("run_uri", metavar="RUN_URI", help="<events-uri>/<run_id>")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="output directory (default: ./llmload-report-<run_id>)",
+    )
+    parser.add_argument(
+        "--slo",
+        metavar="SPEC",
+        default=None,
+        help="objectives, e.g. ttft_p99=0.5,tpot_p50=0.05,e2e_p99=10 and per-request goodput "
+        "thresholds such as ttft=1,tpot=0.1 (docs/reports.md)",
+    )
+    parser.add_argument(
+        "--fail-on-slo", action="store_true", help="exit 3 when a step misses the SLO"
+    )
+    parser.add_argument("--no-html", action="store_true", help="skip report.html (and its plots)")
+    parser.add_argument("--quiet", action="store_true", help="no progress line, no summary")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.present import step_table
+    from analysis.report import build_report
+    from analysis.report_md import md_table
+    from analysis.slo import parse_slo
+
+    slo = parse_slo(args.slo)  # a bad spec fails before anything is read or written
+    if args.fail_on_slo and not slo.objectives:
+        from analysis.errors import UsageError
+
+        raise UsageError("--fail-on-slo needs step objectives; add e.g. --slo ttft_p99=0.5")
+    run_id = args.run_uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    out = args.out or f"llmload-report-{run_id}"
+    report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet)
+    for warning in report.warnings:
+        print(f"llmload: warning: {warning}", file=sys.stderr)
+    if not args.quiet:
+        print(md_table(*step_table(report)))
+        if slo.objectives:
+            best = report.best_concurrency
+            print(f"highest concurrency meeting the SLO: {best if best is not None else 'none'}")
+        print(f"report written to {out}/ ({', '.join(report.files)})")
+    if args.fail_on_slo and report.slo_failed:
+        failing = [str(r["step"]) for r in report.step_rows if r["slo_pass"] is False]
+        print(f"llmload: SLO failed in step(s) {', '.join(failing)}", file=sys.stderr)
+        return EXIT_SLO_FAILED
+    return 0

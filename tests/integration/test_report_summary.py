@@ -1,0 +1,236 @@
+"""Every summary column of a hand-computed run (tests/support/runs.py `known_run`).
+
+Nearest-rank percentiles: with n samples, p-th percentile = the ceil(p*n)-th smallest.
+Per-token ITL: a chunk of k tokens arriving d after the previous one gives k samples of d/k;
+a first chunk of k tokens gives k-1 samples of 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis import build_report
+from analysis.schema import ERROR_KINDS
+from analysis.stats import STATS
+from tests.support.runs import T0_NS, known_run, ns
+
+SLO = "ttft_p99=0.45,error_rate=0.5,ttft=0.4,tpot=0.2"
+
+
+def dist(metric: str, mean: float, p50: float, p90: float, top: float) -> dict[str, float]:
+    """Columns for a small sample set whose p90..max all equal `top`."""
+    values = {"mean": mean, "p50": p50, "p90": p90, "p95": top, "p99": top, "p999": top}
+    values["max"] = top
+    return {f"{metric}_{s}_s": values[s] for s in STATS}
+
+
+def missing_latencies() -> dict[str, float]:
+    nan = float("nan")
+    return {f"{m}_{s}_s": nan for m in ("ttft", "tpot", "itl", "icl", "e2e") for s in STATS}
+
+
+def errors(**counts: int) -> dict[str, int]:
+    out = {f"errors_{k}": 0 for k in ERROR_KINDS}
+    out["errors_other"] = 0
+    out.update({f"errors_{k}": v for k, v in counts.items()})
+    return out
+
+
+def window(start_s: float, end_s: float, source: str = "manifest") -> dict[str, Any]:
+    return {
+        "window_start_ns": T0_NS + ns(start_s),
+        "window_end_ns": T0_NS + ns(end_s),
+        "window_s": end_s - start_s,
+        "window_source": source,
+    }
+
+
+COLD = {
+    "group": "cold", "step": None, "concurrency": 1,
+    "requests_total": 2, "requests": 2, "ok": 2, "failed": 0, "cancelled": 0, "aborted": 0,
+    "error_rate": 0.0,
+    **dist("ttft", 0.75, 0.5, 1.0, 1.0),
+    **dist("tpot", 0.25, 0.0, 0.5, 0.5),
+    **dist("itl", 0.25, 0.0, 0.5, 0.5),
+    **dist("icl", 0.5, 0.5, 0.5, 0.5),
+    **dist("e2e", 1.1, 0.6, 1.6, 1.6),
+    # span [0, 1.6] s: 4 tokens, 2 completions, 200 prompt tokens, no good request
+    "requests_per_s": 2 / 1.6, "output_tokens_per_s": 4 / 1.6,
+    "input_tokens_per_s": 200 / 1.6, "goodput_requests_per_s": 0.0, "good": 0,
+    **window(0.0, 1.6, "cold"),
+    "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
+    "output_tokens_requested_mean": 64.0, "output_tokens_mean": 2.0,
+    **errors(),
+    "slo_pass": None, "slo_failures": "",
+}  # fmt: skip
+
+STEP0 = {
+    "group": "step", "step": 0, "concurrency": 1,
+    # sent 11 (before the window) is not counted; 12, 14, 16, 18 (error), 19.9 are
+    "requests_total": 6, "requests": 5, "ok": 4, "failed": 1, "cancelled": 0, "aborted": 0,
+    "error_rate": 0.2,
+    # TTFT 0.5, 0.2, 0.3, 0.05
+    **dist("ttft", 1.05 / 4, 0.2, 0.5, 0.5),
+    # TPOT 0.4/3, 0.2/3, (single token: none), 0.25
+    **dist("tpot", 0.15, 0.4 / 3, 0.25, 0.25),
+    # ITL samples (weight): 0.05 (2), 0.3 (1) | 0 (2), 0.2 (1) | 0.25 (1): 7 tokens
+    **dist("itl", 0.85 / 7, 0.05, 0.3, 0.3),
+    # ICL 0.1, 0.3 | 0.2 | 0.25
+    **dist("icl", 0.85 / 4, 0.2, 0.3, 0.3),
+    # E2E 1.0, 0.5, 0.4, 0.35
+    **dist("e2e", 2.25 / 4, 0.4, 1.0, 1.0),
+    # window [12, 20]: tokens 4 + 4 + 1 + 1 (19.95; 20.2 is out); completions at 13, 14.5,
+    # 16.4; prompts with a first token inside: 110 + 90 + 100 (requested) + 130;
+    # good (ttft <= 0.4, tpot <= 0.2) completed inside: 14.5 and 16.4
+    "requests_per_s": 3 / 8, "output_tokens_per_s": 10 / 8,
+    "input_tokens_per_s": 430 / 8, "goodput_requests_per_s": 2 / 8, "good": 2,
+    **window(12.0, 20.0),
+    "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": 110.0,
+    "output_tokens_requested_mean": 56.0, "output_tokens_mean": 2.75,
+    **errors(http_5xx=1),
+    "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
+}  # fmt: skip
+
+STEP1 = {
+    "group": "step", "step": 1, "concurrency": 4,
+    "requests_total": 5, "requests": 4, "ok": 2, "failed": 1, "cancelled": 1, "aborted": 0,
+    "error_rate": 1 / 3,
+    **dist("ttft", 0.1, 0.1, 0.1, 0.1),
+    # TPOT 0.2/4, 0.15
+    **dist("tpot", 0.1, 0.05, 0.15, 0.15),
+    # ITL 0 (2), 0.1 (2) | 0.15 (1)
+    **dist("itl", 0.35 / 5, 0.1, 0.15, 0.15),
+    **dist("icl", 0.175, 0.15, 0.2, 0.2),
+    **dist("e2e", 0.3, 0.3, 0.3, 0.3),
+    # window [22, 30]: tokens 2 (sent at 21.5) + 5 + 1 (cancelled) + 2 (failed) + 1;
+    # completions 22.4 and 23.3; five first tokens inside x 100 requested prompt tokens
+    "requests_per_s": 2 / 8, "output_tokens_per_s": 11 / 8,
+    "input_tokens_per_s": 500 / 8, "goodput_requests_per_s": 1 / 8, "good": 2,
+    **window(22.0, 30.0),
+    "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
+    "output_tokens_requested_mean": 64.0, "output_tokens_mean": 3.5,
+    **errors(stream_error=1, cancelled=1),
+    "slo_pass": True, "slo_failures": "",
+}  # fmt: skip
+
+STEP2 = {
+    "group": "step", "step": 2, "concurrency": 8,
+    "requests_total": 2, "requests": 2, "ok": 0, "failed": 2, "cancelled": 0, "aborted": 0,
+    "error_rate": 1.0,
+    **missing_latencies(),
+    # window [30, 40]: step 1's last chunk (30.05) and completion (30.1) land here
+    "requests_per_s": 0.1, "output_tokens_per_s": 0.1,
+    "input_tokens_per_s": 0.0, "goodput_requests_per_s": 0.1, "good": 0,
+    **window(30.0, 40.0),
+    "prompt_tokens_requested_mean": float("nan"), "prompt_tokens_mean": float("nan"),
+    "output_tokens_requested_mean": float("nan"), "output_tokens_mean": float("nan"),
+    **errors(queue_rejected=1, connect=1),
+    "slo_pass": False,
+    "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
+}  # fmt: skip
+
+EXPECTED = [COLD, STEP0, STEP1, STEP2]
+
+
+def assert_row(actual: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert set(actual) == set(expected), set(actual) ^ set(expected)
+    for key, want in expected.items():
+        got = actual[key]
+        if isinstance(want, float) and math.isnan(want):
+            assert got is None or (isinstance(got, float) and math.isnan(got)), (key, got)
+        elif isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12), (key, got, want)
+        else:
+            assert got == want, (key, got, want)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("known")
+    uri = known_run().write(root / "events", parts_per_worker=2)
+    return build_report(uri, root / "out", slo=SLO, progress=False)
+
+
+def test_every_summary_column_matches_hand_computed_values(report) -> None:  # type: ignore[no-untyped-def]
+    rows = report.table.rows
+    assert len(rows) == len(EXPECTED)
+    for actual, expected in zip(rows, EXPECTED, strict=True):
+        assert_row(actual, expected)
+
+
+def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
+    doc = json.loads(report.files["summary.json"].read_text())
+    assert doc["schema_version"] == "1.0" and doc["kind"] == "llmload.summary"
+    assert doc["simulated"] is False
+    assert doc["run"]["target"]["model"] == "tiny-llama"
+    assert doc["slo"]["best_concurrency"] == 4 and doc["slo"]["failed"] is True
+    assert doc["completeness"]["complete"] is True
+    for actual, expected in zip(doc["steps"], EXPECTED, strict=True):
+        assert_row(actual, expected)
+    assert doc["steps"][3]["ttft_p99_s"] is None  # missing, never 0
+
+    csv = pd.read_csv(report.files["summary.csv"])
+    assert list(csv.columns) == list(EXPECTED[0])
+    assert csv["ttft_p50_s"].tolist()[:3] == pytest.approx([0.5, 0.2, 0.1])
+    assert csv["ttft_p50_s"].isna().tolist() == [False, False, False, True]
+    assert csv["step"].isna().tolist() == [True, False, False, False]
+
+
+def test_best_concurrency_and_slo_verdict(report) -> None:  # type: ignore[no-untyped-def]
+    assert report.best_concurrency == 4
+    assert report.slo_failed
+    md = report.files["report.md"].read_text()
+    assert "highest concurrency meeting the SLO: 4" in md
+    assert "SIMULATED" not in md
+
+
+def test_per_request_files(report) -> None:  # type: ignore[no-untyped-def]
+    per = pd.read_parquet(report.files["requests.parquet"])
+    csv = pd.read_csv(report.files["requests.csv"])
+    required = [
+        "request_id",
+        "worker_id",
+        "step",
+        "concurrency",
+        "status",
+        "error_kind",
+        "cold",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "itl_mean_s",
+        "output_tokens",
+        "prompt_tokens",
+        "prompt_tokens_requested",
+    ]
+    assert set(required) <= set(csv.columns)
+    assert len(per) == len(csv) == 15
+    by_time = per.sort_values("sent_at_ns").reset_index(drop=True)
+    b = by_time.iloc[3]  # sent at 12.0 s
+    assert (b["ttft_s"], b["e2e_s"], b["output_tokens"]) == pytest.approx((0.5, 1.0, 4))
+    assert b["tpot_s"] == pytest.approx(0.4 / 3) and b["itl_mean_s"] == pytest.approx(0.4 / 3)
+    assert bool(b["steady"]) and not bool(b["good"])
+    assert by_time["steady"].sum() == 5 + 4 + 2
+    single = by_time.iloc[5]  # one token: no TPOT, no ITL (missing, not 0)
+    assert math.isnan(single["tpot_s"]) and math.isnan(single["itl_mean_s"])
+    assert pd.isna(csv.loc[csv["request_id"] == single["request_id"], "tpot_s"]).all()
+
+
+def test_no_manifest_timeline_falls_back_to_request_span(events_dir: Path, tmp_path: Path) -> None:
+    run = known_run("no-timeline")
+    run.steps.clear()
+    uri = run.write(events_dir)
+    report = build_report(uri, tmp_path / "out", progress=False, html=False)
+    step0 = report.table.rows[1]
+    # first send 11.0 s, last end 19.9 + 0.35 s
+    assert step0["window_source"] == "requests"
+    assert step0["window_start_ns"] == T0_NS + ns(11.0)
+    assert step0["window_end_ns"] == T0_NS + ns(19.9) + ns(0.35)
+    assert step0["requests"] == step0["requests_total"] == 6
+    assert any("no step timeline" in w for w in report.warnings)

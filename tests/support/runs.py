@@ -1,0 +1,298 @@
+"""Build runs from known events: Parquet parts in the documented layout, a manifest, indexes.
+
+    run = RunBuilder("r1", simulated=True)
+    run.add_step(0, 2, started_s=0, spawned_s=1, ended_s=11, warmup_s=1)
+    run.add_request(step=0, concurrency=2, sent_s=2.0, chunks=[(0.1, 1), (0.3, 2)], end_s=0.35)
+    uri = run.write(tmp_path / "events")        # -> "<events-uri>/r1"
+
+Times are seconds: `sent_s` from the run's wall-clock origin T0_NS, offsets from the send.
+Written through analysis.storage, so an `s3://` events URI works too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, part_key
+from analysis.storage import join_uri, open_store
+
+T0_NS = 1_700_000_000_000_000_000
+
+
+def ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def _parquet(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
+    table = pa.Table.from_pylist(rows, schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@dataclass
+class RunBuilder:
+    run_id: str = "run-1"
+    simulated: bool = False
+    workers: tuple[str, ...] = ("w1",)
+    model: str = "tiny-llama"
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)  # part keys written by write()
+
+    def add_step(
+        self,
+        step: int,
+        concurrency: int,
+        *,
+        started_s: float,
+        spawned_s: float,
+        ended_s: float,
+        warmup_s: float = 0.0,
+    ) -> None:
+        self.steps.append(
+            {
+                "step": step,
+                "concurrency": concurrency,
+                "started_at_ns": T0_NS + ns(started_s),
+                "spawned_at_ns": T0_NS + ns(spawned_s),
+                "ended_at_ns": T0_NS + ns(ended_s),
+                "warmup_s": warmup_s,
+            }
+        )
+
+    def add_request(
+        self,
+        *,
+        sent_s: float,
+        chunks: list[tuple[float, int]] = (),  # type: ignore[assignment]
+        end_s: float | None = None,
+        step: int = 0,
+        concurrency: int = 1,
+        worker: str | None = None,
+        status: str = "ok",
+        error_kind: str | None = None,
+        cold: bool = False,
+        prompt_tokens: int | None = None,
+        prompt_tokens_requested: int | None = 100,
+        max_tokens: int | None = 64,
+        output_tokens: int | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        worker = worker or self.workers[0]
+        rid = request_id or f"req-{len(self.requests):04d}"
+        offsets = [ns(o) for o, _ in chunks]
+        with_tokens = [ns(o) for o, k in chunks if k > 0]
+        total = sum(k for _, k in chunks)
+        if end_s is None:
+            end_s = (chunks[-1][0] + 0.01) if chunks else 0.05
+        self.requests.append(
+            {
+                "run_id": self.run_id,
+                "worker_id": worker,
+                "request_id": rid,
+                "step": step,
+                "concurrency": concurrency,
+                "scenario": "D(100,64)",
+                "endpoint": "chat",
+                "model": self.model,
+                "stream": True,
+                "prompt_tokens_requested": prompt_tokens_requested,
+                "max_tokens": max_tokens,
+                "prompt_sha256": "0" * 64,
+                "prompt_text": None,
+                "sent_at_ns": T0_NS + ns(sent_s),
+                "headers_ns": min([ns(0.001), *offsets, ns(end_s)]),
+                "first_event_ns": offsets[0] if offsets else None,
+                "first_token_ns": with_tokens[0] if with_tokens else None,
+                "first_content_ns": with_tokens[0] if with_tokens else None,
+                "last_token_ns": with_tokens[-1] if with_tokens else None,
+                "end_ns": ns(end_s),
+                "http_status": 200 if status == "ok" else 500,
+                "status": status,
+                "error_kind": error_kind,
+                "error_detail": error_kind,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": output_tokens,
+                "output_tokens": output_tokens if output_tokens is not None else (total or None),
+                "output_tokens_source": "usage" if chunks else None,
+                "events": len(chunks),
+                "cold": cold,
+                "server_request_id": None,
+            }
+        )
+        for seq, (offset, tokens) in enumerate(chunks):
+            self.chunks.append(
+                {
+                    "run_id": self.run_id,
+                    "worker_id": worker,
+                    "request_id": rid,
+                    "seq": seq,
+                    "offset_ns": ns(offset),
+                    "tokens": tokens,
+                    "chars": 4 * tokens,
+                    "kind": "content",
+                }
+            )
+        return rid
+
+    def manifest(self) -> dict[str, Any]:
+        cold = [r for r in self.requests if r["cold"]]
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "llmload.manifest",
+            "run_id": self.run_id,
+            "status": "finished",
+            "created_at": "2023-11-14T22:13:20Z",
+            "ended_at": "2023-11-14T22:20:00Z",
+            "target": {
+                "url": "http://127.0.0.1:8000/v1",
+                "model": self.model,
+                "simulated": self.simulated,
+                "server_version": "sim 0.1" if self.simulated else "vllm 0.9",
+                "server_header": None,
+            },
+            "config": {"users": 8},
+            "versions": {"llmload": "0.1.0", "locust": "2.37", "python": "3.11"},
+            "hosts": ["host-a"],
+            "workers": [
+                {"worker_id": w, "host": "host-a", "pid": 100 + i}
+                for i, w in enumerate(self.workers)
+            ],
+            "steps": self.steps,
+            "cold_start": {"requests": len(cold), "concurrency": 1},
+            **self.manifest_extra,
+        }
+
+    def write(
+        self,
+        events_uri: str | Path,
+        *,
+        parts_per_worker: int = 1,
+        manifest: bool = True,
+        index: bool = True,
+    ) -> str:
+        """Write parts (requests split round-robin into parts), manifest and indexes."""
+        run_uri = join_uri(str(events_uri), self.run_id)
+        store = open_store(run_uri)
+        for worker in self.workers:
+            parts: dict[str, int] = {}
+            mine = [r for r in self.requests if r["worker_id"] == worker]
+            for seq in range(parts_per_worker):
+                reqs = mine[seq::parts_per_worker]
+                ids = {r["request_id"] for r in reqs}
+                chunks = [c for c in self.chunks if c["request_id"] in ids]
+                for table, rows, schema in (
+                    ("requests", reqs, REQUESTS_SCHEMA),
+                    ("chunks", chunks, CHUNKS_SCHEMA),
+                ):
+                    key = part_key(table, worker, seq)
+                    store.put(key, _parquet(rows, schema))
+                    parts[key] = len(rows)
+                    self.keys.append(key)
+            if index:
+                doc = {
+                    "schema_version": SCHEMA_VERSION,
+                    "run_id": self.run_id,
+                    "worker_id": worker,
+                    "final": True,
+                    "parts": parts,
+                    "rows": {
+                        t: sum(n for k, n in parts.items() if k.startswith(t))
+                        for t in ("requests", "chunks")
+                    },
+                }
+                store.put(f"index/worker={worker}.json", json.dumps(doc).encode())
+        if manifest:
+            store.put("manifest.json", json.dumps(self.manifest()).encode(), overwrite=True)
+        return run_uri
+
+
+@pytest.fixture
+def events_dir(tmp_path: Path) -> Path:
+    """An empty local events root (`<events-uri>`) for RunBuilder.write."""
+    path = tmp_path / "events"
+    path.mkdir()
+    return path
+
+
+def known_run(run_id: str = "known", *, simulated: bool = False) -> RunBuilder:
+    """The hand-computed run of tests/integration/test_report_summary.py (values there).
+
+    Cold group: 2 requests at 0 s and 1 s. Step 0 (c=1): window [12, 20] s, six requests
+    (one before the window, one failure, one single-token answer, one whose last chunk and
+    end fall after the window). Step 1 (c=4): window [22, 30] s, a request sent before the
+    window whose tokens arrive inside it, a cancelled one, a failure with tokens. Step 2
+    (c=8): window [30, 40] s, only failures. Two workers, two parts each.
+    """
+    b = RunBuilder(run_id, simulated=simulated, workers=("w1", "w2"))
+    b.add_step(0, 1, started_s=10, spawned_s=10, ended_s=20, warmup_s=2)
+    b.add_step(1, 4, started_s=20, spawned_s=21, ended_s=30, warmup_s=1)
+    b.add_step(2, 8, started_s=30, spawned_s=30, ended_s=40, warmup_s=0)
+    # cold group
+    b.add_request(sent_s=0.0, cold=True, worker="w1", chunks=[(1.0, 1), (1.5, 1)], end_s=1.6)
+    b.add_request(sent_s=1.0, cold=True, worker="w2", chunks=[(0.5, 2)], end_s=0.6)
+    # step 0
+    s0 = {"step": 0, "concurrency": 1}
+    b.add_request(sent_s=11.0, **s0, worker="w2", chunks=[(0.1, 1), (0.2, 1)], end_s=0.25)
+    b.add_request(
+        sent_s=12.0,
+        **s0,
+        worker="w1",
+        chunks=[(0.5, 1), (0.6, 2), (0.9, 1)],
+        end_s=1.0,
+        prompt_tokens=110,
+    )
+    b.add_request(
+        sent_s=14.0,
+        **s0,
+        worker="w2",
+        chunks=[(0.2, 3), (0.4, 1)],
+        end_s=0.5,
+        prompt_tokens=90,
+        max_tokens=32,
+    )
+    b.add_request(sent_s=16.0, **s0, worker="w1", chunks=[(0.3, 1)], end_s=0.4)
+    b.add_request(sent_s=18.0, **s0, worker="w2", status="error", error_kind="http_5xx", end_s=0.05)
+    b.add_request(
+        sent_s=19.9, **s0, worker="w1", chunks=[(0.05, 1), (0.3, 1)], end_s=0.35, prompt_tokens=130
+    )
+    # step 1
+    s1 = {"step": 1, "concurrency": 4}
+    b.add_request(sent_s=21.5, **s1, worker="w1", chunks=[(0.6, 1), (0.8, 1)], end_s=0.9)
+    b.add_request(sent_s=23.0, **s1, worker="w2", chunks=[(0.1, 3), (0.3, 2)], end_s=0.3)
+    b.add_request(
+        sent_s=24.0,
+        **s1,
+        worker="w1",
+        chunks=[(0.1, 1)],
+        end_s=0.2,
+        status="cancelled",
+        error_kind="cancelled",
+    )
+    b.add_request(
+        sent_s=25.0,
+        **s1,
+        worker="w2",
+        chunks=[(0.2, 1), (0.3, 1)],
+        end_s=0.4,
+        status="error",
+        error_kind="stream_error",
+    )
+    b.add_request(sent_s=29.8, **s1, worker="w1", chunks=[(0.1, 1), (0.25, 1)], end_s=0.3)
+    # step 2: failures only
+    s2 = {"step": 2, "concurrency": 8}
+    b.add_request(
+        sent_s=31.0, **s2, worker="w1", status="error", error_kind="queue_rejected", end_s=0.01
+    )
+    b.add_request(sent_s=32.0, **s2, worker="w2", status="error", error_kind="connect", end_s=0.02)
+    return b
