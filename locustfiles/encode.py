@@ -1,0 +1,256 @@
+"""Turn buffered rows into Arrow tables of schema v1, rejecting bad rows one by one.
+
+The request path only appends references (a dict per request, a few lists per request's
+chunks); this module does the conversion later, in slices, calling `pause()` between
+slices so that, under gevent, request greenlets run while a large part is being built.
+
+What it enforces: column types (Arrow conversion), non-null columns, the enumerated values
+of `status`, `error_kind`, `output_tokens_source` and `kind`, and `run_id`/`worker_id`
+equal to the sink's (filled in when a row leaves them out). It drops `prompt_text` unless
+prompts are stored, and redacts known secret values from `error_detail`. A rejected row is
+counted and described in `EncodeResult.errors`, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from analysis.schema import (
+    CHUNK_KINDS,
+    CHUNKS_SCHEMA,
+    ERROR_KINDS,
+    REQUESTS_SCHEMA,
+    STATUSES,
+    TOKEN_SOURCES,
+)
+
+REQUEST_SLICE = 100  # request rows converted per slice
+CHUNK_SLICE = 20  # requests' chunk lists converted per slice (~2,000 rows)
+MAX_ERRORS = 20  # error messages kept per encode (all rejections are counted)
+REDACTED = "<redacted>"
+
+_ENUMS: dict[str, Mapping[str, tuple[str, ...]]] = {
+    "requests": {
+        "status": STATUSES,
+        "error_kind": ERROR_KINDS,
+        "output_tokens_source": TOKEN_SOURCES,
+    },
+    "chunks": {"kind": CHUNK_KINDS},
+}
+_REQUEST_NAMES = frozenset(REQUESTS_SCHEMA.names)
+
+ChunkBatch = tuple[str, Sequence[int], Sequence[int], Sequence[int], "str | Sequence[str]"]
+"""One request's chunk rows, column-wise: (request_id, offset_ns, tokens, chars, kind)."""
+
+
+@dataclass(frozen=True)
+class EncodeContext:
+    run_id: str
+    worker_id: str
+    store_prompts: bool = False
+    secrets: tuple[str, ...] = ()  # values redacted from error_detail
+
+
+@dataclass
+class EncodeResult:
+    table: pa.Table
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def reject(self, count: int, message: str) -> None:
+        self.rejected += count
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(message)
+
+
+def _noop() -> None:
+    pass
+
+
+def encode_requests(
+    rows: Sequence[Mapping[str, Any]],
+    ctx: EncodeContext,
+    pause: Callable[[], None] = _noop,
+) -> EncodeResult:
+    """Request rows (dicts keyed by column name) → a REQUESTS_SCHEMA table.
+
+    Every step runs on one slice at a time, with `pause()` after each slice.
+    """
+    result = EncodeResult(REQUESTS_SCHEMA.empty_table())
+    tables = []
+    unknown_reported: set[frozenset[str]] = set()
+    for start in range(0, len(rows), REQUEST_SLICE):
+        part = []
+        for row in rows[start : start + REQUEST_SLICE]:
+            if not isinstance(row, Mapping):
+                result.reject(1, f"request row is a {type(row).__name__}, not a dict")
+                continue
+            part.append(row)
+            extra = row.keys() - _REQUEST_NAMES
+            if extra and frozenset(extra) not in unknown_reported:
+                unknown_reported.add(frozenset(extra))
+                result.errors.append(f"request rows carry unknown columns {sorted(extra)}; ignored")
+        try:
+            converted = [pa.Table.from_pylist(part, schema=REQUESTS_SCHEMA)]
+        except (pa.ArrowException, TypeError, ValueError, AttributeError):
+            converted = _requests_one_by_one(part, result)
+        for table in converted:
+            table = _fill_keys(table, ctx, result, "requests")
+            if not ctx.store_prompts:
+                idx = table.schema.get_field_index("prompt_text")
+                table = table.set_column(
+                    idx, REQUESTS_SCHEMA.field(idx), pa.nulls(len(table), pa.string())
+                )
+            table = _redact(table, "error_detail", ctx.secrets)
+            tables.append(_check(table, result, "requests"))
+        pause()
+    if tables:
+        result.table = pa.concat_tables(tables)
+    return result
+
+
+def _requests_one_by_one(part: Sequence[Mapping[str, Any]], result: EncodeResult) -> list[pa.Table]:
+    good = []
+    for row in part:
+        try:
+            good.append(pa.Table.from_pylist([dict(row)], schema=REQUESTS_SCHEMA))
+        except (pa.ArrowException, TypeError, ValueError, AttributeError) as exc:
+            result.reject(1, f"request row {row.get('request_id')!r} rejected: {exc}")
+    return good
+
+
+def encode_chunks(
+    batches: Sequence[ChunkBatch],
+    ctx: EncodeContext,
+    pause: Callable[[], None] = _noop,
+) -> EncodeResult:
+    """Per-request chunk columns → a CHUNKS_SCHEMA table (`seq` is the position in each list).
+
+    Every step runs on one slice at a time, with `pause()` after each slice.
+    """
+    result = EncodeResult(CHUNKS_SCHEMA.empty_table())
+    tables = []
+    for start in range(0, len(batches), CHUNK_SLICE):
+        part = batches[start : start + CHUNK_SLICE]
+        try:
+            tables.append(_check(_chunk_table(part, ctx), result, "chunks"))
+        except (pa.ArrowException, TypeError, ValueError):
+            for batch in part:
+                try:
+                    tables.append(_check(_chunk_table([batch], ctx), result, "chunks"))
+                except (pa.ArrowException, TypeError, ValueError) as exc:
+                    message = f"chunks of request {batch[0]!r} rejected: {exc}"
+                    result.reject(_batch_len(batch), message)
+        pause()
+    if tables:
+        result.table = pa.concat_tables(tables)
+    return result
+
+
+def _constant(value: str, n: int) -> pa.Array:
+    """A string column holding one value n times (~10x faster than pa.repeat)."""
+    indices = pa.array(np.zeros(n, dtype=np.int32))
+    return pa.DictionaryArray.from_arrays(indices, pa.array([value])).cast(pa.string())
+
+
+def _batch_len(batch: ChunkBatch) -> int:
+    try:
+        return len(batch[1])
+    except TypeError:
+        return 0
+
+
+def _chunk_table(part: Sequence[ChunkBatch], ctx: EncodeContext) -> pa.Table:
+    request_ids: list[str] = []
+    seqs: list[int] = []
+    offsets: list[int] = []
+    tokens: list[int] = []
+    chars: list[int] = []
+    kinds: list[str] = []
+    for request_id, offset_ns, tok, ch, kind in part:
+        n = len(offset_ns)
+        if len(tok) != n or len(ch) != n or (not isinstance(kind, str) and len(kind) != n):
+            raise ValueError(
+                f"column lengths differ (offset_ns {n}, tokens {len(tok)}, chars {len(ch)}, "
+                f"kind {1 if isinstance(kind, str) else len(kind)})"
+            )
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a string, not {type(request_id).__name__}")
+        request_ids += [request_id] * n
+        seqs += range(n)
+        offsets += offset_ns
+        tokens += tok
+        chars += ch
+        kinds += [kind] * n if isinstance(kind, str) else kind
+    n_rows = len(offsets)
+    return pa.Table.from_arrays(
+        [
+            _constant(ctx.run_id, n_rows),
+            _constant(ctx.worker_id, n_rows),
+            pa.array(request_ids, pa.string()),
+            pa.array(seqs, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(tokens, pa.int32()),
+            pa.array(chars, pa.int32()),
+            pa.array(kinds, pa.string()),
+        ],
+        schema=CHUNKS_SCHEMA,
+    )
+
+
+def _fill_keys(table: pa.Table, ctx: EncodeContext, result: EncodeResult, name: str) -> pa.Table:
+    """Fill run_id/worker_id where rows left them out; reject rows that name others."""
+    for column, value in (("run_id", ctx.run_id), ("worker_id", ctx.worker_id)):
+        col = table.column(column)
+        if col.null_count < len(col):
+            wrong = pc.fill_null(pc.not_equal(col, value), False)
+            bad = pc.sum(wrong).as_py() or 0
+            if bad:
+                result.reject(bad, f"{bad} {name} row(s) with a {column} other than {value!r}")
+                table = table.filter(pc.invert(wrong))
+        idx = table.schema.get_field_index(column)
+        table = table.set_column(idx, table.schema.field(idx), _constant(value, len(table)))
+    return table
+
+
+def _redact(table: pa.Table, column: str, secrets: Sequence[str]) -> pa.Table:
+    col = table.column(column)
+    if not secrets or col.null_count == len(col):
+        return table
+    for secret in secrets:
+        col = pc.replace_substring(col, pattern=secret, replacement=REDACTED)
+    idx = table.schema.get_field_index(column)
+    return table.set_column(idx, table.schema.field(idx), col)
+
+
+def _check(table: pa.Table, result: EncodeResult, name: str) -> pa.Table:
+    """Drop rows with nulls in non-null columns or values outside an enumeration."""
+    bad = pa.array(np.zeros(len(table), dtype=bool))
+    for fld in table.schema:
+        col = table.column(fld.name)
+        if not fld.nullable and col.null_count:
+            nulls = pc.and_(col.is_null(), pc.invert(bad))  # count each row once
+            count = pc.sum(nulls).as_py() or 0
+            if count:
+                result.reject(count, f"{count} {name} row(s) without the required {fld.name}")
+                bad = pc.or_(bad, nulls)
+        allowed = _ENUMS[name].get(fld.name)
+        if allowed is not None:
+            known = pc.or_(col.is_null(), pc.is_in(col, value_set=pa.array(allowed)))
+            outside = pc.invert(known)  # nulls pass here; required columns are checked above
+            outside = pc.and_(outside, pc.invert(bad))  # count each row once
+            count = pc.sum(outside).as_py() or 0
+            if count:
+                values = pc.unique(col.filter(outside)).to_pylist()[:5]
+                message = f"{count} {name} row(s) with {fld.name} not in {allowed}: {values}"
+                result.reject(count, message)
+                bad = pc.or_(bad, outside)
+    if pc.any(bad).as_py():
+        table = table.filter(pc.invert(bad))
+    return table

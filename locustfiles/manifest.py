@@ -1,0 +1,176 @@
+"""`manifest.json`: what a run was (docs/events.md), written by the master at start and end.
+
+    manifest = RunManifest(run_id, config=vars(options), target={"url": host, "model": m})
+    write_manifest(store, manifest)              # at test_start: status "running"
+    manifest.steps.append(StepRecord(0, 8, started_at_ns=time.time_ns()))
+    manifest.workers.append(WorkerInfo(worker_id, host, pid))
+    write_manifest(store, manifest)              # whenever the timeline changes (optional)
+    manifest.finish("finished")                  # or "aborted"
+    write_manifest(store, manifest)              # at test_stop / quitting
+
+Each write replaces the object whole (an S3 put is atomic; the file store renames), so a
+reader sees the previous manifest or the new one, never a mix. Secrets are removed twice:
+config keys with secret names are dropped (`locustfiles.secrets`), and the values of
+secret-named environment variables are redacted wherever they appear (a URL with a key in
+its query, a header line). User names and passwords in URLs are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from analysis.schema import MANIFEST_NAME, SCHEMA_VERSION
+from analysis.storage import ObjectStore
+from locustfiles.secrets import is_secret_name, names_env_var, redact, secret_values
+
+MANIFEST_KIND = "llmload.manifest"
+MANIFEST_STATUSES = ("running", "finished", "aborted")
+TARGET_FIELDS = ("url", "model", "simulated", "server_version", "server_header")
+
+
+@dataclass
+class StepRecord:
+    """One step of the actual timeline (master wall clock, ns since the epoch)."""
+
+    step: int
+    concurrency: int
+    started_at_ns: int
+    spawned_at_ns: int | None = None
+    ended_at_ns: int | None = None
+    warmup_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    host: str
+    pid: int
+
+
+@dataclass
+class RunManifest:
+    run_id: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    target: Mapping[str, Any] = field(default_factory=dict)
+    status: str = "running"
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    ended_at: datetime | None = None
+    hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])
+    workers: list[WorkerInfo] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    cold_start: Mapping[str, Any] = field(default_factory=lambda: {"requests": 0, "concurrency": 0})
+    versions: Mapping[str, str] = field(default_factory=lambda: collect_versions())
+
+    def finish(self, status: str = "finished") -> None:
+        if status not in MANIFEST_STATUSES[1:]:
+            raise ValueError(f"a run ends {MANIFEST_STATUSES[1:]}, not {status!r}")
+        self.status = status
+        self.ended_at = datetime.now(UTC)
+
+    def to_dict(self, secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The manifest document, scrubbed of secret-named keys and of `secrets` values."""
+        if self.status not in MANIFEST_STATUSES:
+            raise ValueError(f"manifest status {self.status!r} is not one of {MANIFEST_STATUSES}")
+        target = {name: self.target.get(name) for name in TARGET_FIELDS}
+        target["simulated"] = bool(target["simulated"])
+        hosts = sorted({*self.hosts, *(w.host for w in self.workers)})
+        doc = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": MANIFEST_KIND,
+            "run_id": self.run_id,
+            "status": self.status,
+            "created_at": _iso(self.created_at),
+            "ended_at": _iso(self.ended_at) if self.ended_at else None,
+            "target": target,
+            "config": scrub_config(self.config),
+            "versions": dict(self.versions),
+            "hosts": hosts,
+            "workers": [vars(w) for w in self.workers],
+            "steps": [vars(s) for s in self.steps],
+            "cold_start": dict(self.cold_start),
+        }
+        scrubbed: dict[str, Any] = _scrub_values(doc, secrets)
+        return scrubbed
+
+
+def write_manifest(
+    store: ObjectStore, manifest: RunManifest, *, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Write `<run_id>/manifest.json` atomically (replacing the previous one); return it."""
+    secrets = secret_values(os.environ if environ is None else environ)
+    doc = manifest.to_dict(secrets)
+    data = json.dumps(doc, indent=1, default=str).encode() + b"\n"
+    store.put(f"{manifest.run_id}/{MANIFEST_NAME}", data, overwrite=True)
+    return doc
+
+
+def collect_versions() -> dict[str, str]:
+    """llmload, locust and python versions, read from metadata (locust is not imported)."""
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    llmload = version("llmload")
+    return {
+        "llmload": "0+unknown" if llmload == "not installed" else llmload,
+        "locust": version("locust"),
+        "python": platform.python_version(),
+    }
+
+
+def scrub_config(config: Any) -> Any:
+    """Drop secret-named keys (recursively); keep keys that name an environment variable."""
+    if isinstance(config, Mapping):
+        out = {}
+        for key, value in config.items():
+            name = str(key)
+            if is_secret_name(name) and not names_env_var(name, value):
+                continue
+            out[name] = scrub_config(value)
+        return out
+    if isinstance(config, list | tuple):
+        return [scrub_config(v) for v in config]
+    if isinstance(config, str) and "://" in config:
+        return scrub_url(config)
+    return config
+
+
+def scrub_url(url: str) -> str:
+    """Remove user info and secret-named query parameters from a URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    query = urlencode(
+        [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not is_secret_name(k)]
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _scrub_values(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, dict):
+        return {k: _scrub_values(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_values(v, secrets) for v in value]
+    if isinstance(value, str):
+        return redact(scrub_url(value) if "://" in value else value, secrets)
+    return value
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,120 @@
+"""How the sink runs in the background: gevent greenlets (inside Locust) or plain threads.
+
+The sink's logic is the same either way; a runtime supplies spawning, waiting, waking and a
+place to run blocking calls (fsync, Parquet writes) without stalling the caller's loop.
+
+- `GeventRuntime`: a greenlet; blocking calls go to gevent's hub threadpool so the event
+  loop keeps serving the request greenlets; `pause()` yields to them between slices of
+  CPU work.
+- `ThreadRuntime`: a daemon thread; blocking calls run inline (they only block that thread).
+
+`pick_runtime("auto")` chooses gevent when `threading` is monkey-patched (as under Locust).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Waitable(Protocol):
+    def set(self) -> None: ...
+    def clear(self) -> None: ...
+    def is_set(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> Any: ...
+
+
+class Task(Protocol):
+    def join(self, timeout: float | None = None) -> Any: ...
+
+
+class Runtime(Protocol):
+    name: str
+
+    def spawn(self, fn: Callable[[], None], name: str) -> Task: ...
+    def event(self) -> Waitable: ...
+    def sleep(self, seconds: float) -> None: ...
+    def pause(self) -> None: ...
+    def run_blocking(self, fn: Callable[..., T], *args: Any) -> T: ...
+    def blocks_on_sockets(self) -> bool: ...
+
+
+class ThreadRuntime:
+    """A daemon thread; blocking calls run where they are made."""
+
+    name = "threads"
+
+    def spawn(self, fn: Callable[[], None], name: str) -> Task:
+        thread = threading.Thread(target=fn, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def event(self) -> Waitable:
+        return threading.Event()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+    def pause(self) -> None:
+        pass
+
+    def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        return fn(*args)
+
+    def blocks_on_sockets(self) -> bool:
+        return False
+
+
+class GeventRuntime:
+    """A greenlet; blocking calls in the hub's threadpool; `pause()` yields to the loop."""
+
+    name = "gevent"
+
+    def __init__(self) -> None:
+        import gevent
+        import gevent.event
+        import gevent.monkey
+
+        self._gevent = gevent
+        self._event_cls = gevent.event.Event
+        self._sockets_patched = gevent.monkey.is_module_patched("socket")
+
+    def spawn(self, fn: Callable[[], None], name: str) -> Task:
+        greenlet = self._gevent.spawn(fn)
+        greenlet.name = name
+        return greenlet
+
+    def event(self) -> Waitable:
+        return self._event_cls()
+
+    def sleep(self, seconds: float) -> None:
+        self._gevent.sleep(max(0.0, seconds))
+
+    def pause(self) -> None:
+        self._gevent.sleep(0)
+
+    def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        return self._gevent.get_hub().threadpool.apply(fn, args)
+
+    def blocks_on_sockets(self) -> bool:
+        """True when socket I/O would block the whole loop (sockets not monkey-patched)."""
+        return not self._sockets_patched
+
+
+def pick_runtime(kind: str = "auto") -> Runtime:
+    """`auto`: gevent when threading is monkey-patched (as under Locust), else threads."""
+    if kind == "threads":
+        return ThreadRuntime()
+    if kind == "gevent":
+        return GeventRuntime()
+    if kind != "auto":
+        raise ValueError(f"unknown runtime {kind!r}; use auto, gevent or threads")
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("threading"):
+        return GeventRuntime()
+    return ThreadRuntime()

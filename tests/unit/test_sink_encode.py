@@ -1,0 +1,87 @@
+"""Row conversion: schema v1 types, keys filled in, bad rows rejected one by one."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA
+from locustfiles.encode import REDACTED, EncodeContext, encode_chunks, encode_requests
+from tests.support.events import chunk_columns, request_row
+
+CTX = EncodeContext("run-1", "w1", store_prompts=False, secrets=("sk-supersecret",))
+
+
+def test_requests_fill_keys_drop_prompt_text_and_redact() -> None:
+    rows = [
+        request_row(0, prompt_text="hello"),
+        request_row(1, status="error", error_kind="http_5xx", error_detail="key sk-supersecret x"),
+    ]
+    result = encode_requests(rows, CTX)
+    table = result.table
+    assert result.rejected == 0 and result.errors == []
+    assert table.schema.equals(REQUESTS_SCHEMA, check_metadata=True)
+    assert table.column("run_id").to_pylist() == ["run-1", "run-1"]
+    assert table.column("worker_id").to_pylist() == ["w1", "w1"]
+    assert table.column("prompt_text").to_pylist() == [None, None]
+    assert table.column("error_detail").to_pylist() == [None, f"key {REDACTED} x"]
+
+
+def test_prompt_text_kept_when_asked() -> None:
+    ctx = EncodeContext("run-1", "w1", store_prompts=True)
+    table = encode_requests([request_row(0, prompt_text="hello")], ctx).table
+    assert table.column("prompt_text").to_pylist() == ["hello"]
+
+
+def test_bad_request_rows_are_rejected_alone() -> None:
+    rows = [
+        request_row(0),
+        request_row(1, step="not a number"),  # wrong type
+        request_row(2, status="maybe"),  # outside the enumeration
+        {"request_id": "x"},  # required columns missing
+        request_row(3, worker_id="someone-else"),  # another worker's row
+        "not a dict",
+        request_row(4, ttft=1.0),  # unknown column: kept, reported
+    ]
+    result = encode_requests(rows, CTX)  # type: ignore[arg-type]
+    assert result.table.column("request_id").to_pylist() == ["req-00000000", "req-00000004"]
+    assert result.rejected == 5
+    text = "\n".join(result.errors)
+    for needle in ("req-00000001", "status", "required", "worker_id", "not a dict", "ttft"):
+        assert needle in text
+
+
+def test_chunks_columns_become_rows_with_seq() -> None:
+    off, tok, ch = chunk_columns(3)
+    batches = [
+        ("a", off, tok, ch, "content"),
+        ("b", off[:2], tok[:2], ch[:2], ["reasoning", "content"]),
+    ]
+    result = encode_chunks(batches, CTX)
+    table = result.table
+    assert result.rejected == 0
+    assert table.schema.equals(CHUNKS_SCHEMA, check_metadata=True)
+    assert table.column("request_id").to_pylist() == ["a", "a", "a", "b", "b"]
+    assert table.column("seq").to_pylist() == [0, 1, 2, 0, 1]
+    assert table.column("kind").to_pylist()[-2:] == ["reasoning", "content"]
+    assert table.column("offset_ns").type == pa.int64()
+
+
+def test_bad_chunk_batches_are_rejected_alone() -> None:
+    off, tok, ch = chunk_columns(4)
+    batches = [
+        ("good", off, tok, ch, "content"),
+        ("short", off, tok[:2], ch, "content"),  # lengths differ
+        ("text", off, ["x"] * 4, ch, "content"),  # wrong type
+        ("kind", off, tok, ch, "thinking"),  # outside the enumeration
+    ]
+    result = encode_chunks(batches, CTX)
+    assert set(result.table.column("request_id").to_pylist()) == {"good"}
+    assert result.rejected == 12
+    assert len(result.errors) == 3
+
+
+def test_pause_is_called_between_slices() -> None:
+    calls = []
+    off, tok, ch = chunk_columns(2)
+    encode_chunks([("r", off, tok, ch, "content")] * 60, CTX, lambda: calls.append(1))
+    assert len(calls) >= 3

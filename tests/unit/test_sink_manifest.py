@@ -1,0 +1,84 @@
+"""manifest.json: documented fields, secrets removed, replaced whole at the end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from analysis.schema import SCHEMA_VERSION
+from analysis.storage import FileStore
+from locustfiles.manifest import RunManifest, StepRecord, WorkerInfo, scrub_config, write_manifest
+from locustfiles.secrets import is_secret_name, secret_values
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_secret_names_are_matched_word_by_word() -> None:
+    for name in ("api_key", "apiKey", "OPENAI_API_KEY", "hf_token", "password", "Authorization"):
+        assert is_secret_name(name), name
+    for name in ("max_tokens", "tokenizer", "prompt_tokens", "keep_alive", "model"):
+        assert not is_secret_name(name), name
+
+
+def test_scrub_config_drops_secrets_keeps_env_var_names() -> None:
+    config = {
+        "host": "https://user:pw@api.example.com/v1?api_key=abc&x=1",
+        "api_key": SECRET,
+        "api_key_env": "OPENAI_API_KEY",
+        "max_tokens": 64,
+        "headers": {"Authorization": f"Bearer {SECRET}", "X-Trace": "1"},
+        "tokenizer": "/models/tiny",
+        "steps": [{"users": 1, "aws_secret_access_key": "x"}],
+    }
+    clean = scrub_config(config)
+    assert clean == {
+        "host": "https://api.example.com/v1?x=1",
+        "api_key_env": "OPENAI_API_KEY",
+        "max_tokens": 64,
+        "headers": {"X-Trace": "1"},
+        "tokenizer": "/models/tiny",
+        "steps": [{"users": 1}],
+    }
+
+
+def test_secret_env_values_are_redacted_anywhere() -> None:
+    secrets = secret_values({"OPENAI_API_KEY": SECRET, "HOME": "/root", "SHORT_KEY": "abc"})
+    assert secrets == (SECRET,)
+    manifest = RunManifest("r1", config={"note": f"curl -H 'x: {SECRET}'"})
+    assert SECRET not in json.dumps(manifest.to_dict(secrets))
+
+
+def test_write_manifest_start_and_end(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    manifest = RunManifest(
+        "r1",
+        config={"users": 8, "api_key": SECRET},
+        target={"url": "http://127.0.0.1:8000", "model": "tiny", "simulated": True},
+        cold_start={"requests": 4, "concurrency": 1},
+    )
+    env = {"OPENAI_API_KEY": SECRET}
+    first = write_manifest(store, manifest, environ=env)
+    assert first["status"] == "running" and first["ended_at"] is None
+    manifest.workers.append(WorkerInfo("h-1-a", "h", 1))
+    manifest.steps.append(StepRecord(0, 8, 1, 2, 3, 1.5))
+    manifest.finish()
+    write_manifest(store, manifest, environ=env)
+    raw = (tmp_path / "r1" / "manifest.json").read_text()
+    assert SECRET not in raw
+    doc = json.loads(raw)
+    assert set(doc) == {
+        "schema_version", "kind", "run_id", "status", "created_at", "ended_at", "target",
+        "config", "versions", "hosts", "workers", "steps", "cold_start",
+    }  # fmt: skip
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["kind"] == "llmload.manifest"
+    assert doc["status"] == "finished" and doc["ended_at"].endswith("Z")
+    assert doc["config"] == {"users": 8}
+    assert doc["target"]["simulated"] is True and doc["target"]["server_version"] is None
+    assert set(doc["versions"]) == {"llmload", "locust", "python"}
+    assert doc["workers"] == [{"worker_id": "h-1-a", "host": "h", "pid": 1}]
+    assert doc["steps"][0] == {
+        "step": 0, "concurrency": 8, "started_at_ns": 1, "spawned_at_ns": 2,
+        "ended_at_ns": 3, "warmup_s": 1.5,
+    }  # fmt: skip
+    assert "h" in doc["hosts"]
+    assert not list(tmp_path.rglob(".tmp-*"))
