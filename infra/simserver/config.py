@@ -1,0 +1,45 @@
+"""The simulator's configuration, parsed once at the entry point and passed down."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.errors import UsageError
+from infra.simserver.dist import IntDist
+from infra.simserver.faults import FaultConfig
+from infra.simserver.profiles import PROFILES, EngineProfile
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    profile: EngineProfile = field(default_factory=lambda: PROFILES["tiny"])
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_name: str | None = None  # default: llmload-sim-<profile>
+    seed: int = 0
+    tokens_per_event: IntDist = IntDist(1, 1)
+    time_scale: float = 1.0  # multiplies every engine duration (0.1 = ten times faster)
+    queue_full_status: int = 429
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    truth_log: Path | None = None
+    port_file: Path | None = None
+    drain_seconds: float = 5.0  # on SIGTERM/SIGINT: let running requests finish this long
+
+    @property
+    def served_model(self) -> str:
+        return self.model_name or f"llmload-sim-{self.profile.name}"
+
+    def check(self) -> None:
+        self.profile.check()
+        self.faults.check()
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"port must be in 0..65535, got {self.port}")
+        if self.time_scale <= 0:
+            raise UsageError(f"time-scale must be > 0, got {self.time_scale}")
+        if self.queue_full_status not in (429, 503):
+            raise UsageError(f"queue-full-status must be 429 or 503, got {self.queue_full_status}")
+        if self.drain_seconds < 0:
+            raise UsageError("drain-seconds must be >= 0")
+        if self.model_name is not None and not self.model_name.strip():
+            raise UsageError("model-name must not be empty")

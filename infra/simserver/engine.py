@@ -1,0 +1,272 @@
+"""The continuous-batching engine model (like vLLM's scheduler, much simplified).
+
+One scheduler loop per process. Each *step*:
+
+1. admits waiting sequences in FIFO order while the batch has room (`max_num_seqs`), the
+   KV budget can reserve `prompt + max_tokens`, and the step's token budget
+   (`max_num_batched_tokens`: decode sequences + prefill tokens) is not used up;
+2. lasts `decode_base + decode_per_seq * B + decode_per_kv_token * context
+   + prefill_per_token * new_prompt_tokens` (times the time scale), where B counts the
+   sequences already decoding;
+3. at its end gives every sequence of the step one token (a new sequence's first token
+   comes out of its prefill step).
+
+The clock is honest: the loop sleeps until each step's end (with sub-millisecond precision,
+see clock.py) and keeps a virtual schedule, so small wake-up delays do not accumulate. When
+the CPU cannot keep up and the loop falls behind by more than half a step or `LAG_RESET`,
+the schedule restarts from now and the lag is counted
+(`llmload_sim_engine_lag_seconds_total`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from typing import Protocol
+
+from infra.simserver.clock import PreciseTimer
+from infra.simserver.metrics import SimStats
+from infra.simserver.profiles import EngineProfile
+
+LAG_RESET = 0.002  # seconds behind schedule before the schedule restarts from now
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+
+
+class SequenceSink(Protocol):
+    """Receives a sequence's tokens (the response writer)."""
+
+    def on_token(self, seq: Sequence, done: bool) -> None:
+        """`seq.generated` just grew by one; `done` means the sequence has finished."""
+
+
+class Sequence:
+    """One request inside the engine."""
+
+    __slots__ = (
+        "key",
+        "prompt_tokens",
+        "max_tokens",
+        "target_tokens",
+        "reserved",
+        "generated",
+        "state",
+        "sink",
+        "stall_at",
+        "stall_seconds",
+        "resume_at",
+        "finish_reason",
+    )
+
+    def __init__(
+        self,
+        sink: SequenceSink,
+        prompt_tokens: int,
+        max_tokens: int,
+        target_tokens: int,
+        stall_at: int = 0,
+        stall_seconds: float = 0.0,
+    ) -> None:
+        self.key = 0
+        self.sink = sink
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.target_tokens = min(target_tokens, max_tokens)
+        self.reserved = prompt_tokens + max_tokens
+        self.generated = 0
+        self.state = SeqState.WAITING
+        self.stall_at = stall_at
+        self.stall_seconds = stall_seconds
+        self.resume_at = 0.0
+        self.finish_reason: str | None = None
+
+
+class Engine:
+    """The scheduler. All methods run on the event loop's thread."""
+
+    def __init__(
+        self,
+        profile: EngineProfile,
+        stats: SimStats,
+        time_scale: float = 1.0,
+    ) -> None:
+        self.profile = profile
+        self.stats = stats
+        self.time_scale = time_scale
+        self._waiting: dict[int, Sequence] = {}
+        self._running: dict[int, Sequence] = {}
+        self._next_key = 0
+        self._kv_reserved = 0
+        self._kv_used = 0
+        self._wakeup = asyncio.Event()
+        self._stopped = False
+
+    # --- gauges -----------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        return self._kv_reserved
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return self._kv_used
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.profile.kv_cache_tokens
+
+    @property
+    def idle(self) -> bool:
+        return not self._running and not self._waiting
+
+    # --- requests -----------------------------------------------------------------------
+    def queue_has_room(self) -> bool:
+        return len(self._waiting) < self.profile.max_waiting
+
+    def submit(self, seq: Sequence) -> bool:
+        """Queue a sequence; False (and nothing queued) when the waiting queue is full."""
+        if not self.queue_has_room():
+            return False
+        self._next_key += 1
+        seq.key = self._next_key
+        seq.state = SeqState.WAITING
+        self._waiting[seq.key] = seq
+        self._wakeup.set()
+        return True
+
+    def cancel(self, seq: Sequence) -> bool:
+        """Remove a sequence at once, freeing its slot and KV. False if it had already left."""
+        if seq.state is SeqState.WAITING:
+            del self._waiting[seq.key]
+        elif seq.state is SeqState.RUNNING:
+            del self._running[seq.key]
+            self._release(seq)
+        else:
+            return False
+        seq.state = SeqState.CANCELLED
+        self.stats.cancelled += 1
+        self._wakeup.set()
+        return True
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wakeup.set()
+
+    # --- the loop -------------------------------------------------------------------------
+    def _release(self, seq: Sequence) -> None:
+        self._kv_reserved -= seq.reserved
+        self._kv_used -= seq.prompt_tokens + seq.generated
+
+    def _admit(self) -> int:
+        """Move waiting sequences into the batch; returns their prompt tokens (prefill work)."""
+        profile = self.profile
+        budget = profile.max_num_batched_tokens - len(self._running)
+        prefill = 0
+        waiting = self._waiting
+        while waiting and len(self._running) < profile.max_num_seqs:
+            seq = waiting[next(iter(waiting))]
+            if self._kv_reserved + seq.reserved > profile.kv_cache_tokens:
+                break
+            if prefill and seq.prompt_tokens > budget - prefill:
+                break
+            del waiting[seq.key]
+            seq.state = SeqState.RUNNING
+            self._running[seq.key] = seq
+            self._kv_reserved += seq.reserved
+            self._kv_used += seq.prompt_tokens
+            self.stats.prompt_tokens += seq.prompt_tokens
+            prefill += seq.prompt_tokens
+        return prefill
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        timer = PreciseTimer(loop)
+        try:
+            await self._run(loop, timer)
+        finally:
+            timer.close()
+
+    async def _run(self, loop: asyncio.AbstractEventLoop, timer: PreciseTimer) -> None:
+        now = loop.time  # time.monotonic, the clock PreciseTimer sleeps on
+        profile = self.profile
+        scale = self.time_scale
+        start = now()
+        while not self._stopped:
+            self._wakeup.clear()
+            if not self._running and not self._waiting:
+                await self._wakeup.wait()
+                start = now()
+                continue
+            prefill = self._admit()
+            t = now()
+            batch: list[Sequence] = []
+            decoding = 0
+            context = 0
+            next_resume = 0.0
+            for seq in self._running.values():
+                if seq.resume_at:
+                    if seq.resume_at > t:
+                        next_resume = min(next_resume or seq.resume_at, seq.resume_at)
+                        continue
+                    seq.resume_at = 0.0
+                batch.append(seq)
+                if seq.generated:
+                    decoding += 1
+                    context += seq.prompt_tokens + seq.generated
+            if not batch:  # every running sequence is stalled and nothing can be admitted
+                timeout = max(next_resume - t, 0.0) if next_resume else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                start = now()
+                continue
+            duration = profile.step_time(decoding, context, prefill) * scale
+            end = start + duration
+            if end > now():
+                await timer.sleep_until(end)
+            else:
+                await asyncio.sleep(0)  # running late: still let the loop serve I/O
+            t = now()
+            self._emit(batch, t)
+            self.stats.steps += 1
+            behind = t - end
+            # Keep the virtual schedule (no drift) unless that would squeeze the next step:
+            # running late by half a step or by LAG_RESET restarts the schedule from now.
+            if behind > LAG_RESET or behind > 0.5 * duration:
+                self.stats.lag_seconds += behind
+                start = t
+            else:
+                start = end
+
+    def _emit(self, batch: list[Sequence], t: float) -> None:
+        running = self._running
+        stats = self.stats
+        for seq in batch:
+            if seq.state is not SeqState.RUNNING:  # cancelled during the step
+                continue
+            seq.generated += 1
+            self._kv_used += 1
+            stats.generation_tokens += 1
+            if seq.generated >= seq.target_tokens:
+                seq.finish_reason = "length" if seq.generated >= seq.max_tokens else "stop"
+                seq.state = SeqState.FINISHED
+                del running[seq.key]
+                self._release(seq)
+                stats.finished[seq.finish_reason] += 1
+                seq.sink.on_token(seq, True)
+            else:
+                if seq.generated == seq.stall_at:
+                    seq.resume_at = t + seq.stall_seconds
+                seq.sink.on_token(seq, False)

@@ -1,0 +1,239 @@
+"""One generation request from admission to its last byte: the engine's sink for that
+sequence and the writer of its response (streamed SSE or a whole JSON body)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from infra.simserver.engine import SeqState, Sequence
+from infra.simserver.faults import FaultPlan
+from infra.simserver.http import CHUNKED_END, HttpConnection, Request, frame_chunk
+from infra.simserver.schema import GenerationParams
+from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder
+
+if TYPE_CHECKING:
+    from infra.simserver.api import SimApp
+
+
+class Generation:
+    def __init__(
+        self,
+        app: SimApp,
+        conn: HttpConnection,
+        request: Request,
+        params: GenerationParams,
+        request_id: str,
+        plan: FaultPlan,
+        target_tokens: int,
+    ) -> None:
+        self.app = app
+        self.conn = conn
+        self.request = request
+        self.params = params
+        self.request_id = request_id
+        self.plan = plan
+        prefix = "chatcmpl-" if params.kind == "chat" else "cmpl-"
+        self.response_id = prefix + request_id
+        self.created = int(time.time())
+        self.text_pos = app.rng.randrange(app.text.period)
+        self.seq = Sequence(
+            self,
+            params.prompt_tokens,
+            params.max_tokens,
+            target_tokens,
+            stall_at=plan.stall_at,
+            stall_seconds=plan.stall_seconds,
+        )
+        self.pending = 0
+        self.per_event = app.config.tokens_per_event
+        self.k = self.per_event.sample(app.rng)
+        self.encoder: ChunkEncoder | None = None
+        self.events: list[list[int]] | None = [] if app.truth is not None else None
+        self.headers_offset_ns: int | None = None
+        self.status = 200
+        self._timer: asyncio.TimerHandle | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        self.conn.on_lost = self._on_lost
+        if self.plan.slow_header:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.plan.slow_header, self._enter)
+        else:
+            self._enter()
+
+    def _enter(self) -> None:
+        self._timer = None
+        app = self.app
+        if self.conn.closed:
+            return
+        if not app.engine.submit(self.seq):
+            self.conn.on_lost = None
+            app.reject_queue_full(self.conn, self.request, self.request_id)
+            return
+        if not self.params.stream:
+            return
+        self.encoder = ChunkEncoder(
+            self.params.kind,
+            self.response_id,
+            self.created,
+            app.served_model,
+            self.params.prompt_tokens,
+            self.params.continuous_usage,
+        )
+        head = self.conn.start_stream(200, "text/event-stream", self._headers())
+        events = []
+        role = self.encoder.role()
+        if role is not None:
+            events.append(role)
+        self._write(head, events, [0] * len(events), headers=True)
+
+    def _headers(self) -> list[tuple[str, str]]:
+        return [("X-Request-Id", self.request_id), ("Cache-Control", "no-cache")]
+
+    def _on_lost(self) -> None:
+        """The client went away: the sequence leaves the engine at once."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self.app.stats.cancelled += 1
+        else:
+            self.app.engine.cancel(self.seq)
+        self._log("cancelled")
+
+    # --- engine sink ------------------------------------------------------------------------
+    def on_token(self, seq: Sequence, done: bool) -> None:
+        self.pending += 1
+        generated = seq.generated
+        plan = self.plan
+        if not self.params.stream:
+            if done:
+                self._finish_whole(seq)
+            elif generated == plan.drop_at:
+                self._drop()
+            return
+        if (
+            not done
+            and self.pending < self.k
+            and generated != plan.malformed_at
+            and generated != plan.drop_at
+        ):
+            return
+        encoder = self.encoder
+        assert encoder is not None
+        text = self.app.text.text(self.text_pos, self.pending)
+        self.text_pos += self.pending
+        events = [encoder.content(text, generated)]
+        tokens = [self.pending]
+        self.pending = 0
+        if self.per_event.low != self.per_event.high:
+            self.k = self.per_event.sample(self.app.rng)
+        if generated == plan.malformed_at and not done:
+            events.append(MALFORMED)
+            tokens.append(0)
+        if done:
+            reason = seq.finish_reason or "length"
+            events.append(encoder.finish(reason, generated))
+            tokens.append(0)
+            if self.params.include_usage:
+                events.append(encoder.usage(generated))
+                tokens.append(0)
+            events.append(DONE)
+            tokens.append(0)
+            self._write(b"", events, tokens, end=True)
+            self.conn.finish()
+            self._log("finished")
+            return
+        self._write(b"", events, tokens)
+        if generated == plan.drop_at:
+            self._drop()
+
+    def _write(
+        self,
+        head: bytes,
+        events: list[bytes],
+        tokens: list[int],
+        *,
+        headers: bool = False,
+        end: bool = False,
+    ) -> None:
+        data = head
+        if events:
+            data += frame_chunk(b"".join(events))
+        if end:
+            data += CHUNKED_END
+        offset = time.perf_counter_ns() - self.request.received_ns
+        self.conn.write(data)
+        self.app.stats.events += len(events)
+        if headers:
+            self.headers_offset_ns = offset
+        if self.events is not None:
+            for n in tokens:
+                self.events.append([offset, n])
+
+    def _drop(self) -> None:
+        self.conn.on_lost = None
+        self.app.engine.cancel(self.seq)
+        self.conn.close()
+        self._log("dropped")
+
+    def _finish_whole(self, seq: Sequence) -> None:
+        params = self.params
+        text = self.app.text.text(self.text_pos, seq.generated).decode()
+        reason = seq.finish_reason or "length"
+        choice: dict[str, Any] = {"index": 0}
+        if params.kind == "chat":
+            choice["message"] = {"role": "assistant", "content": text}
+            obj = "chat.completion"
+        else:
+            choice["text"] = text
+            obj = "text_completion"
+        choice["logprobs"] = None
+        choice["finish_reason"] = reason
+        body = {
+            "id": self.response_id,
+            "object": obj,
+            "created": self.created,
+            "model": self.app.served_model,
+            "choices": [choice],
+            "usage": {
+                "prompt_tokens": params.prompt_tokens,
+                "total_tokens": params.prompt_tokens + seq.generated,
+                "completion_tokens": seq.generated,
+            },
+        }
+        raw = json.dumps(body).encode()
+        if self.plan.malformed_at:
+            raw = raw[: len(raw) // 2]
+        offset = time.perf_counter_ns() - self.request.received_ns
+        self.headers_offset_ns = offset
+        if self.events is not None:
+            self.events.append([offset, seq.generated])
+        self.conn.respond(200, raw, headers=self._headers())
+        self._log("finished")
+
+    # --- truth log --------------------------------------------------------------------------
+    def _log(self, outcome: str) -> None:
+        truth = self.app.truth
+        if truth is None:
+            return
+        seq = self.seq
+        truth.write(
+            {
+                "request_id": self.request_id,
+                "path": self.request.path,
+                "status": self.status,
+                "outcome": outcome,
+                "arrival_unix_ns": self.request.received_unix_ns,
+                "stream": self.params.stream,
+                "prompt_tokens": self.params.prompt_tokens,
+                "completion_tokens": seq.generated,
+                "finish_reason": seq.finish_reason if seq.state is SeqState.FINISHED else None,
+                "faults": self.plan.names,
+                "headers_offset_ns": self.headers_offset_ns,
+                "events": self.events or [],
+            }
+        )

@@ -1,0 +1,308 @@
+"""A small HTTP/1.1 server protocol on asyncio: keep-alive, Content-Length and chunked
+request bodies, whole or chunked (streamed) responses. Requests on one connection are
+answered in order, one at a time.
+
+Every response carries `X-Llmload-Simulated: true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MAX_HEADER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024
+_PAUSE_READING_AT = 4 * 1024 * 1024
+
+REASONS = {
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Content Too Large",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+
+SERVER_HEADERS = b"Server: llmload-sim\r\nX-Llmload-Simulated: true\r\n"
+CHUNKED_END = b"0\r\n\r\n"
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # target without the query string
+    version: str
+    headers: dict[str, str]  # names lower-cased; repeated headers joined with ", "
+    body: bytes
+    keep_alive: bool
+    received_ns: int = 0  # time.perf_counter_ns() when the request was complete
+    received_unix_ns: int = 0  # time.time_ns() at the same moment
+    query: str = ""
+
+
+class HttpError(Exception):
+    """A malformed request: answered with `status` and the connection is closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def frame_chunk(data: bytes) -> bytes:
+    """One HTTP/1.1 chunk (chunked transfer encoding)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    lines = head.split(b"\r\n")
+    try:
+        method, target, version = lines[0].decode("latin-1").split(" ")
+    except ValueError:
+        raise HttpError(400, "malformed request line") from None
+    if not version.startswith("HTTP/1."):
+        raise HttpError(400, f"unsupported protocol {version!r}")
+    headers: dict[str, str] = {}
+    for raw in lines[1:]:
+        name, sep, value = raw.decode("latin-1").partition(":")
+        if not sep or not name or name != name.strip():
+            raise HttpError(400, "malformed header line")
+        key = name.lower()
+        value = value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return method, target, version, headers
+
+
+def _parse_chunked(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
+    """Decode a chunked body starting at `pos`; None while incomplete."""
+    body = bytearray()
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size_text = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise HttpError(400, "malformed chunk size") from None
+        pos = eol + 2
+        if size == 0:
+            # Skip trailers up to the empty line.
+            while True:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    return None
+                if eol == pos:
+                    return bytes(body), eol + 2
+                pos = eol + 2
+        if len(buf) < pos + size + 2:
+            return None
+        body += buf[pos : pos + size]
+        if len(body) > MAX_BODY_BYTES:
+            raise HttpError(413, "request body too large")
+        pos += size + 2
+
+
+Handler = Callable[[Request, "HttpConnection"], None]
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection. The handler answers through `respond` or the stream methods."""
+
+    def __init__(self, handler: Handler, registry: set[HttpConnection]) -> None:
+        self._handler = handler
+        self._registry = registry
+        self._buffer = bytearray()
+        self._busy = False  # a request is being answered
+        self._closed = False
+        self._keep_alive = True
+        self._sent_continue = False
+        self._paused = False
+        self.transport: asyncio.Transport | None = None
+        self.on_lost: Callable[[], None] | None = None  # set by the handler per request
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._registry.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._busy:
+            if len(self._buffer) > _PAUSE_READING_AT and self.transport and not self._paused:
+                self.transport.pause_reading()
+                self._paused = True
+            return
+        self._process()
+
+    def eof_received(self) -> bool:
+        # A client that half-closes is gone as far as a streaming response is concerned.
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._registry.discard(self)
+        callback, self.on_lost = self.on_lost, None
+        if callback is not None:
+            callback()
+
+    # --- responses ----------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.transport is None or self.transport.is_closing()
+
+    def respond(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: list[tuple[str, str]] | None = None,
+        close: bool = False,
+    ) -> None:
+        """Send a whole response and finish the request."""
+        if close:
+            self._keep_alive = False
+        head = self._status_and_headers(status, headers)
+        head += b"Content-Type: %b\r\nContent-Length: %d\r\n\r\n" % (
+            content_type.encode(),
+            len(body),
+        )
+        self.write(head + body)
+        self.finish()
+
+    def start_stream(
+        self, status: int, content_type: str, headers: list[tuple[str, str]] | None = None
+    ) -> bytes:
+        """The head of a chunked response, to be written by the caller (with the first data)."""
+        head = self._status_and_headers(status, headers)
+        return head + b"Content-Type: %b\r\nTransfer-Encoding: chunked\r\n\r\n" % (
+            content_type.encode()
+        )
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.write(data)
+
+    def finish(self) -> None:
+        """The current response is complete: go on with the next request or close."""
+        self.on_lost = None
+        self._busy = False
+        if self._closed or self.transport is None:
+            return
+        if not self._keep_alive:
+            self.transport.close()
+            return
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()
+        if self._buffer:
+            asyncio.get_running_loop().call_soon(self._process)
+
+    def abort(self) -> None:
+        """Drop the connection at once (the client sees a reset or a truncated body)."""
+        self.on_lost = None
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _status_and_headers(self, status: int, headers: list[tuple[str, str]] | None) -> bytes:
+        out = b"HTTP/1.1 %d %b\r\n" % (status, REASONS.get(status, "Unknown").encode())
+        out += SERVER_HEADERS
+        if headers:
+            for name, value in headers:
+                out += f"{name}: {value}\r\n".encode("latin-1", "replace")
+        if not self._keep_alive:
+            out += b"Connection: close\r\n"
+        return out
+
+    # --- request parsing ----------------------------------------------------------------
+    def _process(self) -> None:
+        if self._busy or self._closed or not self._buffer:
+            return
+        try:
+            request = self._parse()
+        except HttpError as exc:
+            self._busy = True
+            self._keep_alive = False
+            body = b'{"error":{"message":"%b","type":"invalid_request_error","code":%d}}' % (
+                str(exc).encode(),
+                exc.status,
+            )
+            self.respond(exc.status, body, close=True)
+            return
+        if request is None:
+            return
+        self._busy = True
+        self._keep_alive = request.keep_alive
+        self._handler(request, self)
+
+    def _parse(self) -> Request | None:
+        buf = self._buffer
+        while buf.startswith(b"\r\n"):  # tolerate stray CRLF between requests
+            del buf[:2]
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEADER_BYTES:
+                raise HttpError(431, "request headers too large")
+            return None
+        method, target, version, headers = _parse_head(bytes(buf[:end]))
+        pos = end + 4
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            parsed = _parse_chunked(buf, pos)
+            if parsed is None:
+                self._maybe_continue(headers)
+                return None
+            body, pos = parsed
+        else:
+            try:
+                length = int(headers.get("content-length", "0"))
+            except ValueError:
+                raise HttpError(400, "malformed Content-Length") from None
+            if length < 0:
+                raise HttpError(400, "malformed Content-Length")
+            if length > MAX_BODY_BYTES:
+                raise HttpError(413, "request body too large")
+            if len(buf) < pos + length:
+                self._maybe_continue(headers)
+                return None
+            body = bytes(buf[pos : pos + length])
+            pos += length
+        del buf[:pos]
+        self._sent_continue = False
+        connection = headers.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            keep_alive = "keep-alive" in connection
+        else:
+            keep_alive = "close" not in connection
+        path, _, query = target.partition("?")
+        return Request(
+            method=method,
+            path=path,
+            version=version,
+            headers=headers,
+            body=body,
+            keep_alive=keep_alive,
+            received_ns=time.perf_counter_ns(),
+            received_unix_ns=time.time_ns(),
+            query=query,
+        )
+
+    def _maybe_continue(self, headers: dict[str, str]) -> None:
+        if (
+            not self._sent_continue
+            and headers.get("expect", "").lower() == "100-continue"
+            and self.transport is not None
+        ):
+            self._sent_continue = True
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")

@@ -1,0 +1,151 @@
+"""Command-line options of `llmload sim` / `python -m infra.simserver` and their mapping
+onto SimConfig. Every option can also come from the environment as LLMLOAD_SIM_<NAME>
+(e.g. LLMLOAD_SIM_PORT=9000); a flag given on the command line wins."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from infra.simserver.config import SimConfig
+from infra.simserver.dist import IntDist
+from infra.simserver.faults import FaultConfig
+from infra.simserver.profiles import PROFILES, EngineProfile, get_profile
+
+ENV_PREFIX = "LLMLOAD_SIM_"
+
+
+def env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _adder(group: Any) -> Any:
+    def opt(flag: str, default: Any = None, **kwargs: Any) -> None:
+        group.add_argument(flag, default=os.environ.get(env_name(flag), default), **kwargs)
+
+    return opt
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    opt = _adder(parser.add_argument_group("server"))
+    opt("--host", "127.0.0.1", help="address to bind (default 127.0.0.1)")
+    opt("--port", 8000, type=int, help="port; 0 picks a free one (default 8000)")
+    opt("--port-file", type=Path, metavar="PATH", help="write the bound port to PATH")
+    opt("--model-name", help="served model id (default llmload-sim-<profile>)")
+    opt("--seed", 0, type=int, help="seed of output text, lengths and faults (default 0)")
+    opt("--truth-log", type=Path, metavar="FILE", help="append ground truth (JSON lines)")
+    opt(
+        "--drain-seconds",
+        5.0,
+        type=float,
+        help="on SIGTERM/SIGINT, time running requests get to finish (default 5)",
+    )
+    opt(
+        "--queue-full-status",
+        429,
+        type=int,
+        choices=(429, 503),
+        help="status when the waiting queue is full (default 429)",
+    )
+    opt(
+        "--tokens-per-event",
+        "1",
+        metavar="K|A-B",
+        help="tokens per SSE event: fixed K or uniform A-B (default 1)",
+    )
+    parser.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
+
+    opt = _adder(parser.add_argument_group("engine model (override the profile)"))
+    opt("--profile", "tiny", help=f"parameter set: {', '.join(PROFILES)} (default tiny)")
+    opt(
+        "--time-scale",
+        1.0,
+        type=float,
+        help="multiply every engine duration (0.1 = ten times faster; default 1)",
+    )
+    opt("--max-num-seqs", type=int, help="running sequences at most")
+    opt("--kv-cache-tokens", type=int, help="KV budget in tokens")
+    opt("--max-model-len", type=int, help="prompt + max_tokens limit")
+    opt("--max-num-batched-tokens", type=int, help="prefill tokens + decode seqs per step")
+    opt("--max-waiting", type=int, help="waiting-queue capacity")
+    opt("--prefill-per-token-us", type=float, help="prefill time per prompt token (µs)")
+    opt("--decode-base-ms", type=float, help="decode step time at batch 1 (ms)")
+    opt("--decode-per-seq-us", type=float, help="extra decode step time per sequence (µs)")
+    opt("--decode-per-kv-token-ns", type=float, help="extra step time per context token (ns)")
+    opt("--output-len", metavar="K|A-B", help="sampled output length unless ignore_eos")
+
+    opt = _adder(parser.add_argument_group("fault injection (rates per request, 0..1)"))
+    opt("--fault-500-rate", 0.0, type=float, help="HTTP 500 before streaming")
+    opt("--fault-drop-rate", 0.0, type=float, help="connection closed mid-stream")
+    opt("--fault-malformed-rate", 0.0, type=float, help="one invalid-JSON event mid-stream")
+    opt("--fault-stall-rate", 0.0, type=float, help="stream pauses --stall-seconds mid-stream")
+    opt("--stall-seconds", 2.0, type=float, help="length of a stall (default 2)")
+    opt("--fault-slow-header-rate", 0.0, type=float, help="headers delayed --slow-header-seconds")
+    opt("--slow-header-seconds", 2.0, type=float, help="delay of a slow header (default 2)")
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def profile_from_args(args: argparse.Namespace) -> EngineProfile:
+    base = get_profile(args.profile)
+    output_len = None
+    if args.output_len is not None:
+        output_len = IntDist.parse(args.output_len, minimum=1, what="--output-len")
+    return base.with_overrides(
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_tokens=args.kv_cache_tokens,
+        max_model_len=args.max_model_len,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_waiting=args.max_waiting,
+        prefill_per_token=_scaled(args.prefill_per_token_us, 1e-6),
+        decode_base=_scaled(args.decode_base_ms, 1e-3),
+        decode_per_seq=_scaled(args.decode_per_seq_us, 1e-6),
+        decode_per_kv_token=_scaled(args.decode_per_kv_token_ns, 1e-9),
+        output_len=output_len,
+    )
+
+
+def build_config(args: argparse.Namespace) -> SimConfig:
+    """Map parsed options onto a checked SimConfig; raises UsageError."""
+    config = SimConfig(
+        profile=profile_from_args(args),
+        host=args.host,
+        port=args.port,
+        port_file=args.port_file,
+        model_name=args.model_name,
+        seed=args.seed,
+        truth_log=args.truth_log,
+        drain_seconds=args.drain_seconds,
+        queue_full_status=args.queue_full_status,
+        tokens_per_event=IntDist.parse(args.tokens_per_event, minimum=1, what="--tokens-per-event"),
+        time_scale=args.time_scale,
+        faults=FaultConfig(
+            error_rate=args.fault_500_rate,
+            drop_rate=args.fault_drop_rate,
+            malformed_rate=args.fault_malformed_rate,
+            stall_rate=args.fault_stall_rate,
+            stall_seconds=args.stall_seconds,
+            slow_header_rate=args.fault_slow_header_rate,
+            slow_header_seconds=args.slow_header_seconds,
+        ),
+    )
+    config.check()
+    return config
+
+
+def profiles_table() -> str:
+    rows = [
+        "name        max_num_seqs  kv_tokens   max_len  prefill/tok  decode_base  "
+        "decode/seq  output_len  description"
+    ]
+    for p in PROFILES.values():
+        rows.append(
+            f"{p.name:<11} {p.max_num_seqs:>12}  {p.kv_cache_tokens:>9}  {p.max_model_len:>7}  "
+            f"{p.prefill_per_token * 1e6:>9.0f}µs  {p.decode_base * 1e3:>9.1f}ms  "
+            f"{p.decode_per_seq * 1e6:>8.0f}µs  {str(p.output_len):>10}  {p.description}"
+        )
+    return "\n".join(rows)

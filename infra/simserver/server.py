@@ -1,0 +1,127 @@
+"""The simulator process: listening socket, engine task, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import TextIO
+
+from analysis.errors import LlmloadError
+from infra.simserver.api import SimApp
+from infra.simserver.config import SimConfig
+from infra.simserver.engine import Engine
+from infra.simserver.http import HttpConnection
+from infra.simserver.metrics import SimStats
+from infra.simserver.truth import TruthLog
+
+
+class SimServer:
+    """One simulated engine behind one listening socket. Start and stop it on one loop."""
+
+    def __init__(self, config: SimConfig) -> None:
+        config.check()
+        self.config = config
+        self.stats = SimStats()
+        self.engine = Engine(config.profile, self.stats, config.time_scale)
+        self.truth: TruthLog | None = None
+        self.app: SimApp | None = None
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._engine_task: asyncio.Task[None] | None = None
+        self._connections: set[HttpConnection] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        config = self.config
+        if config.truth_log is not None:
+            try:
+                self.truth = TruthLog(config.truth_log)
+            except OSError as exc:
+                raise LlmloadError(f"cannot open truth log {config.truth_log}: {exc}") from exc
+        app = SimApp(config, self.engine, self.stats, self.truth)
+        self.app = app
+        loop = asyncio.get_running_loop()
+        connections = self._connections
+        try:
+            self._server = await loop.create_server(
+                lambda: HttpConnection(app.handle, connections),
+                config.host,
+                config.port,
+                backlog=4096,
+                reuse_address=True,
+            )
+        except OSError as exc:
+            if self.truth is not None:
+                self.truth.close()
+            raise LlmloadError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._engine_task = asyncio.create_task(self.engine.run(), name="llmload-sim-engine")
+
+    async def shutdown(self, drain_seconds: float | None = None) -> None:
+        """Stop accepting, let running requests finish for up to `drain_seconds`, then
+        cancel what is left, close every connection and flush the truth log."""
+        drain = self.config.drain_seconds if drain_seconds is None else drain_seconds
+        if self._server is not None:
+            self._server.close()
+        if self.app is not None:
+            self.app.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain
+        while not self.engine.idle and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            conn.close()
+        self.engine.stop()
+        if self._engine_task is not None:
+            await self._engine_task
+        # Let connection_lost callbacks (cancellations, truth lines) run before closing.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        for conn in list(self._connections):
+            conn.abort()
+        await asyncio.sleep(0)
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self.truth is not None:
+            self.truth.close()
+
+
+def _write_port_file(path: os.PathLike[str], port: int) -> None:
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def serve(config: SimConfig, out: TextIO = sys.stdout) -> int:
+    """Run until SIGTERM or SIGINT, then shut down cleanly; returns the exit status (0)."""
+
+    async def main() -> None:
+        server = SimServer(config)
+        await server.start()
+        if config.port_file is not None:
+            _write_port_file(config.port_file, server.port)
+        print(
+            f"llmload sim: listening on {server.url} (simulated; profile "
+            f"{config.profile.name}; model {config.served_model})",
+            file=out,
+            flush=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await server.shutdown()
+
+    asyncio.run(main())
+    return 0
