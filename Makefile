@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml infra/setup_system.sh
 	@touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not engine" $(PYTEST_ARGS)
 
 # Unit tests against the lowest dependency versions pyproject.toml allows.
 test-min:

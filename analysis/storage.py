@@ -78,7 +78,9 @@ def open_store(uri: str) -> ObjectStore:
             raise UsageError(f"S3 addressing {addressing!r} is unknown; use path, virtual or auto")
         return S3Store(parsed.netloc, parsed.path.strip("/"), addressing or None)
     if parsed.scheme == "file":
-        return FileStore(Path(parsed.path))
+        # file:///abs/path, file://localhost/abs/path; file://./rel is a relative path
+        host = "" if parsed.netloc in ("", "localhost") else parsed.netloc
+        return FileStore(Path(host + parsed.path) if host else Path(parsed.path))
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter would be a Windows drive
         raise UsageError(
             f"events URI scheme {parsed.scheme!r} is not supported; "

@@ -1,0 +1,149 @@
+"""Speed and accuracy of one llmload worker process against the simulated engine.
+
+Starts `llmload sim` (profile tiny, its own core) with a truth log, runs the chat user
+headless in ONE Locust process (local runner: master and worker together, event logging
+on) at a fixed concurrency with 100-token outputs, then reports:
+
+- SSE events/s the worker consumed and client CPU per request (the Locust process's own
+  user+system time over the requests it made);
+- timestamp accuracy against the simulator's truth log: TTFT p99 (client) − TTFT p99
+  (server) and per-token latency p99 (client vs server, same per-token definition).
+
+    .venv/bin/python bench/bench_chat.py [--concurrency 64] [--duration 20] [--tokens 100]
+
+Simulated engine: these figures describe llmload's client, not inference performance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from analysis.metrics import compute_request_metrics  # noqa: E402
+from tests.support.chat import BIN, LOCUSTFILE, start_sim  # noqa: E402
+
+
+def per_token_samples(offsets: list[int], tokens: list[int]) -> list[float]:
+    """The documented ITL rule applied to a list of (offset, tokens) events."""
+    out: list[float] = []
+    prev = None
+    for off, k in zip(offsets, tokens, strict=True):
+        if k <= 0:
+            continue
+        if prev is None:
+            out.extend([0.0] * (k - 1))
+        else:
+            out.extend([(off - prev) / k / 1e9] * k)
+        prev = off
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--tokens-per-event", default="1")
+    parser.add_argument(
+        "--sim-args", nargs=argparse.REMAINDER, default=[], help="extra llmload sim flags"
+    )
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="llmload-bench-chat-"))
+    cores = sorted(os.sched_getaffinity(0))
+    sim_args = [
+        "--tokens-per-event",
+        args.tokens_per_event,
+        "--output-len",
+        str(args.tokens),
+        *args.sim_args,
+    ]
+    with start_sim(work / "sim", *sim_args) as sim:
+        if len(cores) > 1:
+            os.sched_setaffinity(sim.proc.pid, {cores[0]})
+        cmd = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+               "--host", sim.url, "--events-uri", str(work / "runs"), "--steps", str(args.concurrency),
+               "--step-duration", str(args.duration), "--step-warmup", "2", "--cold-requests", "0",
+               "--workload", f"D(32,{args.tokens})", "--spool-dir", str(work / "spool")]  # fmt: skip
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, {cores[-1]})) if len(cores) > 1 else None)  # fmt: skip
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - start
+        output = proc.stdout.read() if proc.stdout else ""
+        truth = sim.truth()
+    if os.waitstatus_to_exitcode(status) != 0:
+        print(output)
+        raise SystemExit("locust failed")
+    run = next(p for p in (work / "runs").iterdir() if p.is_dir())
+    import pyarrow.parquet as pq
+
+    requests = pq.read_table(run / "requests").to_pandas()
+    chunks = pq.read_table(run / "chunks").to_pandas()
+    manifest = json.loads((run / "manifest.json").read_text())
+    step = manifest["steps"][0]
+    lo = step["spawned_at_ns"] + int(step["warmup_s"] * 1e9)
+    hi = step["ended_at_ns"]
+    cpu = usage.ru_utime + usage.ru_stime
+    n_req = len(requests)
+    total_events = int(requests["events"].sum())
+    ok = requests[requests["status"] == "ok"]
+    arrive = ok["sent_at_ns"].to_numpy()[:, None]
+    # events/s in the steady window: chunk arrivals (wall clock) inside [lo, hi]
+    chunk_wall = chunks.merge(requests[["request_id", "sent_at_ns"]], on="request_id")
+    chunk_wall = chunk_wall["sent_at_ns"] + chunk_wall["offset_ns"]
+    in_window = chunk_wall.between(lo, hi).sum()
+    steady_events_per_s = in_window / ((hi - lo) / 1e9)
+    del arrive
+    # accuracy against the truth log (ok requests sent inside the steady window)
+    steady = ok[ok["sent_at_ns"].between(lo, hi)]
+    metrics = compute_request_metrics(steady.reset_index(drop=True), chunks)
+    client_ttft = metrics.per_request["ttft_s"].to_numpy()
+    server_ttft, server_itl = [], []
+    for rid in steady["request_id"]:
+        ev = [e for e in truth[rid]["events"] if e[1] > 0]
+        server_ttft.append(ev[0][0] / 1e9)
+        server_itl.extend(per_token_samples([e[0] for e in ev], [e[1] for e in ev]))
+    client_itl = metrics.itl.expand()
+    p99 = lambda a: float(np.percentile(np.asarray(a), 99))  # noqa: E731
+    ttft_err_ms = (p99(client_ttft) - p99(server_ttft)) * 1e3
+    itl_err = p99(client_itl) / p99(server_itl) - 1
+    print(
+        f"date: {datetime.date.today()}  machine: {platform.node()} {os.cpu_count()} cores, python {platform.python_version()}"
+    )
+    print(f"command: {' '.join(sys.argv)}")
+    print(
+        f"concurrency {args.concurrency}, {args.tokens} output tokens/request, {args.tokens_per_event} token(s)/event"
+    )
+    print(
+        f"requests: {n_req:,} ({len(ok):,} ok), SSE events received: {total_events:,}, wall {wall:.1f} s"
+    )
+    print(
+        f"worker process CPU: {cpu:.1f} s -> {cpu / n_req * 1e3:.3f} ms per request, {cpu / max(total_events, 1) * 1e6:.2f} µs per event"
+    )
+    print(f"steady-window output events/s: {steady_events_per_s:,.0f}")
+    print(
+        f"TTFT p99: client {p99(client_ttft) * 1e3:.2f} ms, server {p99(server_ttft) * 1e3:.2f} ms, error {ttft_err_ms:+.2f} ms"
+    )
+    print(
+        f"per-token latency p99: client {p99(client_itl) * 1e3:.3f} ms, server {p99(server_itl) * 1e3:.3f} ms, error {itl_err:+.1%}"
+    )
+    print(f"(simulated engine: not inference performance)  events under {work}")
+    _ = pd
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The llmload locustfile: `locust -f locustfiles/chat.py --host URL [options]`.
+
+Works in the web UI, headless, and distributed (`--master` / `--worker`, `--processes N`).
+Options: see `locust -f locustfiles/chat.py --help` (group "llmload") and the README.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import gevent
+from locust import User, constant, events, task
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+from analysis.errors import LlmloadError
+from locustfiles import options as chat_options
+from locustfiles.client import new_pool
+from locustfiles.master import MSG_FINISH, MSG_FINISHED, MSG_HELLO, worker_identity
+from locustfiles.steps import MSG_STEP, MSG_STEP_QUERY, StepShape, StepState
+from locustfiles.worker import WorkerContext, failure_for
+
+log = logging.getLogger("llmload")
+
+__all__ = ["ChatUser", "StepShape", "setup"]
+
+
+class ChatUser(User):
+    """One closed-loop client: sends a request, reads it to the end, sends the next.
+
+    Each user keeps one keep-alive connection pool (connections are reused); requests do not
+    go through Locust's HttpSession, whose own request event would time only the headers:
+    the user fires one event per request with the end-to-end time instead.
+    """
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.pool = new_pool()
+
+    def on_stop(self) -> None:
+        self.pool.clear()
+
+    @task
+    def chat(self) -> None:
+        ctx: WorkerContext | None = getattr(self.environment, "llmload_worker", None)
+        if ctx is None or ctx.sink_report is not None or ctx.holding():
+            gevent.sleep(0.05)  # starting, finishing, or cold requests done: send nothing
+            return
+        record = ctx.run_one(self.pool)
+        if record is None:
+            return
+        self.environment.events.request.fire(
+            request_type=ctx.options.endpoint,
+            name=record.scenario,
+            response_time=(record.end_ns or 0) / 1e6,
+            response_length=sum(record.chunk_chars),
+            exception=failure_for(record),
+            context={"request_id": record.request_id, "step": record.step},
+        )
+        if record.error_kind == "connect":
+            gevent.sleep(0.5)  # a dead server must not make this loop spin
+
+
+def _is_master(runner: Any) -> bool:
+    return isinstance(runner, MasterRunner | LocalRunner)
+
+
+def _is_worker(runner: Any) -> bool:
+    return isinstance(runner, WorkerRunner | LocalRunner)
+
+
+def setup(environment: Any) -> None:
+    """Wire llmload into an Environment (called from Locust's init event)."""
+    runner = environment.runner
+    environment.llmload_step = StepState()
+    environment.llmload_worker = None
+    environment.llmload_coordinator = None
+    if _is_master(runner) and environment.parsed_options is not None:
+        try:
+            chat_options.from_parsed(environment.parsed_options)
+            if not environment.host:
+                raise LlmloadError(
+                    "no target: give --host URL (the server's base URL, e.g. http://127.0.0.1:8000)"
+                )
+        except LlmloadError as exc:
+            print(f"llmload: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
+    if _is_master(runner):
+        runner.register_message(MSG_STEP_QUERY, _on_step_query)
+        if isinstance(runner, MasterRunner):
+            runner.register_message(MSG_HELLO, _on_hello)
+            runner.register_message(MSG_FINISHED, _on_finished)
+        environment.events.spawning_complete.add_listener(
+            lambda user_count, **_: _with_coordinator(
+                environment, lambda c: c.on_spawning_complete(user_count)
+            )
+        )
+    if _is_worker(runner):
+        runner.register_message(MSG_STEP, _on_step)
+        if isinstance(runner, WorkerRunner):
+            runner.register_message(MSG_FINISH, _on_finish, concurrent=True)
+        environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
+        environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
+    environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))
+
+
+def _with_coordinator(environment: Any, fn: Any) -> None:
+    coordinator = getattr(environment, "llmload_coordinator", None)
+    if coordinator is not None:
+        fn(coordinator)
+
+
+def _on_step(environment: Any, msg: Any, **_: Any) -> None:
+    environment.llmload_step.update(msg.data)
+
+
+def _on_step_query(environment: Any, msg: Any, **_: Any) -> None:
+    _with_coordinator(environment, lambda c: c.answer_step_query(msg.node_id))
+
+
+def _on_hello(environment: Any, msg: Any, **_: Any) -> None:
+    _with_coordinator(environment, lambda c: c.on_hello(msg.node_id, msg.data))
+
+
+def _on_finished(environment: Any, msg: Any, **_: Any) -> None:
+    _with_coordinator(environment, lambda c: c.on_finished(msg.node_id, msg.data))
+
+
+def _start_worker(environment: Any) -> None:
+    options = chat_options.from_parsed(environment.parsed_options)
+    run_id = environment.parsed_options.run_id
+    runner = environment.runner
+    index = getattr(runner, "worker_index", 0) or 0
+    ctx = WorkerContext(
+        options, run_id, worker_identity(), environment.host or "", index, environment.llmload_step
+    )
+    environment.llmload_worker = ctx
+    if isinstance(runner, WorkerRunner):
+        runner.send_message(MSG_HELLO, ctx.identity)
+        runner.send_message(MSG_STEP_QUERY, {})
+
+
+def _close_worker(environment: Any) -> dict[str, Any] | None:
+    ctx: WorkerContext | None = environment.llmload_worker
+    if ctx is None:
+        return None
+    return ctx.close(ctx.options.finish_timeout)
+
+
+def _on_finish(environment: Any, msg: Any, **_: Any) -> None:
+    """Worker: the master is ending the run: stop users, flush events, acknowledge."""
+    runner = environment.runner
+    if runner.state not in ("stopped", "ready", "cleanup"):
+        runner.stop()
+    report = _close_worker(environment) or {"worker_id": None, "sink": None}
+    runner.send_message(MSG_FINISHED, report)
+
+
+def _on_test_stop(environment: Any) -> None:
+    runner = environment.runner
+    local_report = _close_worker(environment) if _is_worker(runner) else None
+    if _is_master(runner):
+        _with_coordinator(
+            environment,
+            lambda c: c.finish(local_report if isinstance(runner, LocalRunner) else None),
+        )
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any, **_: Any) -> None:
+    chat_options.add_arguments(parser)
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    setup(environment)

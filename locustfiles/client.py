@@ -1,0 +1,212 @@
+"""Send one request and read its response to the real end, timestamping every event.
+
+Runs under gevent (inside Locust). Each user owns a pooled keep-alive urllib3 connection
+pool (`new_pool()`; urllib3 is what requests and Locust's HttpSession run on, without their
+~0.4 ms of per-request Python overhead) and fires one Locust request event per request with
+the end-to-end time, rather than Locust's own event, which would time only the headers.
+Body bytes are read as they arrive (`sse.events`), every read gets `perf_counter_ns()`, and
+the body is read past `[DONE]` to its real end so the connection goes back to the pool.
+Once the headers are in, deadlines are kept by the watchdog, not by socket timeouts.
+
+Failures become data on the record (error kinds of schema v1); only GreenletExit (the run
+is stopping) is re-raised, after the request is recorded as aborted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from gevent import GreenletExit
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
+
+from locustfiles.prompts import TokenCounter
+from locustfiles.record import RequestRecord
+from locustfiles.sse import events
+from locustfiles.stream import StreamFailure, StreamState, parse_body
+from locustfiles.watchdog import Watch
+
+_perf_ns = time.perf_counter_ns
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Client-side limits (seconds); None disables one."""
+
+    connect_timeout: float = 10.0
+    request_timeout: float | None = 600.0
+    ttft_timeout: float | None = None
+    stall_timeout: float | None = 60.0
+
+    def headers_timeout(self, stream: bool) -> float | None:
+        """Socket read timeout until the response headers (then the watchdog takes over)."""
+        limits = (self.ttft_timeout, self.request_timeout) if stream else (self.request_timeout,)
+        return min((t for t in limits if t), default=None)
+
+
+def new_pool() -> urllib3.PoolManager:
+    """One user's keep-alive pool: one connection per host, no retries, no redirects."""
+    return urllib3.PoolManager(num_pools=4, maxsize=1, block=False, retries=False)
+
+
+def request_json(
+    pool: urllib3.PoolManager,
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> tuple[int, Any]:
+    """A small blocking JSON exchange (probes): (status, parsed body or None)."""
+    data = _dumps(body).encode() if body is not None else None
+    hdrs = {"Content-Type": "application/json", **(headers or {})} if data else dict(headers or {})
+    resp = pool.request(method, url, body=data, headers=hdrs, timeout=timeout, retries=False)
+    try:
+        return resp.status, json.loads(resp.data)
+    except ValueError:
+        return resp.status, None
+
+
+def classify_status(status: int) -> str:
+    if status in (400, 413, 422):
+        return "http_4xx_input"
+    if status in (429, 503):
+        return "queue_rejected"
+    if 400 <= status < 500:
+        return "http_4xx_other"
+    return "http_5xx"
+
+
+def _error_body(resp: Any) -> str:
+    try:
+        text = resp.read(2048).decode("utf-8", "replace")
+    except (HTTPError, OSError):  # the detail is best effort; the status is already recorded
+        text = ""
+    return " ".join(text.split())[:200]
+
+
+def execute(
+    pool: urllib3.PoolManager,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    record: RequestRecord,
+    limits: Limits,
+    counter: TokenCounter | None = None,
+    cancel_after_tokens: int | None = None,
+) -> RequestRecord:
+    """Send `body` to `url` and fill `record`. Never raises except GreenletExit."""
+    chat = record.endpoint == "chat"
+    resp: Any = None
+    watch = Watch(limits)
+    payload = _dumps(body).encode()
+    hdrs = {"Content-Type": "application/json", **headers}
+    timeout = urllib3.Timeout(
+        connect=limits.connect_timeout, read=limits.headers_timeout(record.stream)
+    )
+    record.sent_at_ns = time.time_ns()
+    t0 = watch.t0 = _perf_ns()
+    try:
+        resp = pool.urlopen(
+            "POST", url, body=payload, headers=hdrs, timeout=timeout, retries=False,
+            redirect=False, preload_content=False, decode_content=False,
+        )  # fmt: skip
+        record.headers_ns = _perf_ns() - t0
+        record.http_status = resp.status
+        record.server_request_id = resp.headers.get("x-request-id")
+        if resp.status != 200:
+            record.fail(classify_status(resp.status), f"HTTP {resp.status}: {_error_body(resp)}")
+            record.end_ns = _perf_ns() - t0
+            _close(resp)
+            return record
+        if not record.stream:
+            data = resp.read()
+            record.end_ns = _perf_ns() - t0
+            resp.release_conn()
+            parse_body(record, data, chat, counter)
+            return record
+        state = StreamState(record, chat, counter)
+        on_event = state.on_event
+        _set_read_timeout(resp, None)  # from here the watchdog keeps the deadlines
+        watch.start(resp)
+        for datas, arrived in events(resp):
+            watch.last = arrived
+            now = arrived - t0
+            for data in datas:
+                on_event(data, now)
+            if watch.waiting_first and record.first_token_ns is not None:
+                watch.waiting_first = False
+            if cancel_after_tokens is not None and sum(record.chunk_tokens) >= cancel_after_tokens:
+                record.fail(
+                    "cancelled",
+                    f"client cancelled after {sum(record.chunk_tokens)} tokens",
+                    "cancelled",
+                )
+                record.end_ns = _perf_ns() - t0
+                _close(resp)  # disconnects: the server should free the sequence
+                return record
+        record.end_ns = _perf_ns() - t0
+        if watch.expired is not None:  # cut at a clean event boundary
+            raise ConnectionAbortedError(watch.expired)
+        state.on_end()
+        resp.release_conn()  # read to the real end: the connection is reusable
+    except GreenletExit:
+        record.end_ns = _perf_ns() - t0
+        record.fail("aborted", "in flight when the run stopped", "aborted")
+        _close(resp)
+        raise
+    except Exception as exc:  # every failure becomes data on the record
+        record.end_ns = _perf_ns() - t0
+        if watch.expired is not None:  # the watchdog cut the connection
+            record.fail(watch.expired, watch.detail())
+        else:
+            record.fail(*_failure_of(exc, resp is not None, record.stream, limits))
+        _close(resp)
+    finally:
+        watch.stop()
+        record.finish()
+    return record
+
+
+def _set_read_timeout(resp: Any, seconds: float | None) -> None:
+    """Change the socket's read timeout mid-response."""
+    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
+
+
+def _close(resp: Any) -> None:
+    """Drop the connection (it is in an unknown state, or the client walks away)."""
+    if resp is not None:
+        resp.close()  # closes the socket; the pool opens a new one for the next request
+        resp.release_conn()
+
+
+def _failure_of(exc: Exception, responded: bool, stream: bool, limits: Limits) -> tuple[str, str]:
+    """(error kind, detail) for an exception raised while sending or reading."""
+    name = type(exc).__name__
+    text = f"{name}: {str(exc)[:160]}"
+    if isinstance(exc, StreamFailure):
+        return exc.kind, exc.detail
+    if isinstance(exc, NewConnectionError | ConnectTimeoutError) or (
+        not responded and isinstance(exc, ConnectionRefusedError | ProtocolError)
+    ):
+        return "connect", text
+    if isinstance(exc, ReadTimeoutError | TimeoutError):  # only waiting for headers has one
+        limit = limits.headers_timeout(stream)
+        kind = "ttft_timeout" if stream and limit == limits.ttft_timeout else "total_timeout"
+        return kind, f"no response headers within {limit} s ({name})"
+    if isinstance(exc, HTTPError | OSError):
+        # the connection broke mid-response: IncompleteRead, reset, bad chunking...
+        return "stream_truncated", text
+    return "client_error", text  # a bug in llmload: recorded, not raised

@@ -1,0 +1,222 @@
+"""The chat user's options: registered on Locust's parser, validated once into ChatOptions.
+
+Every option is also settable as `LOCUST_<NAME>` (e.g. `LOCUST_WORKLOAD`) and in a Locust
+config file (`--config FILE`, `workload = D(128,64)`). Invalid values stop the run before any
+request with one line naming the option and the fix, exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from analysis.errors import UsageError
+from locustfiles.workloads import Workload, parse_workload
+
+DEFAULT_WORKLOAD = "D(128,64)"
+DEFAULT_STEPS = "1,2,4,8"
+
+
+def _opt(name: str, **kwargs: Any) -> tuple[str, dict[str, Any]]:
+    env = "LOCUST_" + name.lstrip("-").replace("-", "_").upper()
+    return name, {"env_var": env, **kwargs}
+
+
+# (flag, argparse keyword arguments). Help texts are the documentation: README lists them.
+OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    _opt("--model", default="", help="model id to request (default: first id from /v1/models)"),
+    _opt("--api-key-env", default="OPENAI_API_KEY",
+         help="name of the environment variable holding the API key (sent as a Bearer token)"),
+    _opt("--endpoint", default="chat", choices=["chat", "completions"],
+         help="chat: /v1/chat/completions, completions: /v1/completions"),
+    _opt("--no-stream", action="store_true", default=False,
+         help="send non-streaming requests (TTFT then equals E2E)"),
+    _opt("--workload", default=DEFAULT_WORKLOAD,
+         help="length mix: D(in,out), N(m,sd)/(m,sd), U(a,b)/(a,b), weighted sums, dataset:PATH.jsonl"),
+    _opt("--steps", default=DEFAULT_STEPS, help="comma-separated target concurrencies, one step each"),
+    _opt("--step-duration", type=float, default=30.0,
+         help="seconds each step runs after its users have spawned (includes the warmup)"),
+    _opt("--step-warmup", type=float, default=5.0,
+         help="seconds at the start of each step kept out of its statistics"),
+    _opt("--cold-requests", type=int, default=3,
+         help="first requests of the run, at concurrency 1, flagged cold and kept apart (0: none)"),
+    _opt("--events-uri", default="file://./runs",
+         help="where events go: s3://bucket/prefix, file:///path or a path"),
+    _opt("--run-id", default="", help="run identifier (default: generated, time-ordered)"),
+    _opt("--request-timeout", type=float, default=600.0, help="seconds a whole request may take"),
+    _opt("--ttft-timeout", type=float, default=0.0,
+         help="seconds to wait for the first token (0: only the request timeout)"),
+    _opt("--stall-timeout", type=float, default=60.0,
+         help="seconds without any byte during a stream before it counts as stalled"),
+    _opt("--connect-timeout", type=float, default=10.0, help="seconds to open a connection"),
+    _opt("--tokenizer", default="",
+         help="tokenizer directory, tokenizer.json or name: exact prompt lengths, token counts"),
+    _opt("--seed", type=int, default=0, help="seed for workload sampling and prompts"),
+    _opt("--ignore-eos", default="auto", choices=["auto", "on", "off"],
+         help="send ignore_eos to force output lengths (auto: probe whether the server accepts it)"),
+    _opt("--continuous-usage", default="auto", choices=["auto", "on", "off"],
+         help="ask for usage in every event (auto: probe whether the server accepts it)"),
+    _opt("--cancel-rate", type=float, default=0.0,
+         help="fraction of requests the client cancels on purpose (0-1)"),
+    _opt("--cancel-after-tokens", type=int, default=1,
+         help="output tokens after which a cancelled request disconnects"),
+    _opt("--extra-body", default="", help="JSON object merged into every request body"),
+    _opt("--shared-prefix-tokens", type=int, default=0,
+         help="tokens of prompt prefix shared by all requests (prefix-cache experiments)"),
+    _opt("--store-prompts", action="store_true", default=False,
+         help="store prompt text in the events (default: length and SHA-256 only)"),
+    _opt("--spool-dir", default="", help="local spool for event parts (default: system temp)"),
+    _opt("--finish-timeout", type=float, default=120.0,
+         help="seconds the master waits for workers to flush their events at the end"),
+    _opt("--metadata", default="",
+         help="JSON object of run facts (hardware, revision, launch_args...) added to the manifest config"),
+    _opt("--scrape-interval", type=float, default=2.0,
+         help="seconds between scrapes of the target's Prometheus /metrics by the master (0: off)"),
+]  # fmt: skip
+
+
+def add_arguments(parser: Any) -> None:
+    """Register the options on Locust's parser (the init_command_line_parser event)."""
+    for flag, kwargs in OPTIONS:
+        parser.add_argument(flag, include_in_web_ui=True, **kwargs)
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    model: str
+    api_key_env: str
+    endpoint: str
+    stream: bool
+    workload: Workload
+    steps: tuple[int, ...]
+    step_duration: float
+    step_warmup: float
+    cold_requests: int
+    events_uri: str
+    run_id: str
+    request_timeout: float
+    ttft_timeout: float | None
+    stall_timeout: float | None
+    connect_timeout: float
+    tokenizer: str
+    seed: int
+    ignore_eos: str
+    continuous_usage: str
+    cancel_rate: float
+    cancel_after_tokens: int
+    extra_body: dict[str, Any]
+    shared_prefix_tokens: int
+    store_prompts: bool
+    spool_dir: str
+    finish_timeout: float
+    metadata: dict[str, Any]
+    scrape_interval: float = 2.0
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) or None
+
+    def config(self) -> dict[str, Any]:
+        """What the manifest records (no secret values: the key is named, not given)."""
+        skip = ("workload", "metadata")
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
+        out["workload"] = self.workload.spec
+        out.update(self.metadata)  # top level: the report reads e.g. config.hardware
+        return out
+
+
+def _positive(name: str, value: float, allow_zero: bool = False) -> float:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UsageError(f"--{name} must be {bound}, not {value}")
+    return value
+
+
+def parse_steps(text: str) -> tuple[int, ...]:
+    try:
+        steps = tuple(int(s) for s in str(text).split(",") if s.strip())
+    except ValueError:
+        raise UsageError(
+            f"--steps {text!r} is not a list of integers; use e.g. --steps 1,2,4,8"
+        ) from None
+    if not steps or any(s < 1 for s in steps):
+        raise UsageError(f"--steps {text!r} needs at least one concurrency, each >= 1")
+    return steps
+
+
+def _json_object(flag: str, text: str, example: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not valid JSON ({exc.msg}); give a JSON object") from exc
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} must be a JSON object, e.g. '{example}'")
+    return value
+
+
+def parse_metadata(text: str) -> dict[str, Any]:
+    """--metadata: a JSON object whose keys must not shadow an option in the manifest config."""
+    metadata = _json_object("--metadata", text, '{"hardware": "1x H100 80GB"}')
+    taken = sorted(set(metadata) & set(ChatOptions.__dataclass_fields__))
+    if taken:
+        raise UsageError(f"--metadata key {taken[0]!r} is an option's name; rename the key")
+    return metadata
+
+
+def from_parsed(ns: Any) -> ChatOptions:
+    """Validate Locust's parsed options into ChatOptions; UsageError names the problem."""
+    extra = _json_object("--extra-body", ns.extra_body, '{"temperature": 0}')
+    if not 0 <= ns.cancel_rate <= 1:
+        raise UsageError(f"--cancel-rate must be between 0 and 1, not {ns.cancel_rate}")
+    if ns.cold_requests < 0 or ns.shared_prefix_tokens < 0:
+        raise UsageError("--cold-requests and --shared-prefix-tokens must be >= 0")
+    if ns.cancel_after_tokens < 1:
+        raise UsageError("--cancel-after-tokens must be >= 1")
+    if ns.step_warmup >= ns.step_duration:
+        raise UsageError(
+            f"--step-warmup ({ns.step_warmup}) must be shorter than --step-duration ({ns.step_duration})"
+        )
+    if not ns.api_key_env.replace("_", "").isalnum():
+        raise UsageError(f"--api-key-env {ns.api_key_env!r} must be an environment variable name")
+    from analysis.storage import open_store
+
+    open_store(ns.events_uri)  # raises UsageError for unusable URIs
+    return ChatOptions(
+        model=ns.model,
+        api_key_env=ns.api_key_env,
+        endpoint=ns.endpoint,
+        stream=not ns.no_stream,
+        workload=parse_workload(ns.workload),
+        steps=parse_steps(ns.steps),
+        step_duration=_positive("step-duration", ns.step_duration),
+        step_warmup=_positive("step-warmup", ns.step_warmup, allow_zero=True),
+        cold_requests=ns.cold_requests,
+        events_uri=ns.events_uri,
+        run_id=ns.run_id,
+        request_timeout=_positive("request-timeout", ns.request_timeout),
+        ttft_timeout=_positive("ttft-timeout", ns.ttft_timeout, allow_zero=True) or None,
+        stall_timeout=_positive("stall-timeout", ns.stall_timeout, allow_zero=True) or None,
+        connect_timeout=_positive("connect-timeout", ns.connect_timeout),
+        tokenizer=ns.tokenizer,
+        seed=ns.seed,
+        ignore_eos=ns.ignore_eos,
+        continuous_usage=ns.continuous_usage,
+        cancel_rate=ns.cancel_rate,
+        cancel_after_tokens=ns.cancel_after_tokens,
+        extra_body=extra,
+        shared_prefix_tokens=ns.shared_prefix_tokens,
+        store_prompts=ns.store_prompts,
+        spool_dir=ns.spool_dir,
+        finish_timeout=_positive("finish-timeout", ns.finish_timeout),
+        metadata=parse_metadata(getattr(ns, "metadata", "")),
+        scrape_interval=_positive(
+            "scrape-interval", getattr(ns, "scrape_interval", 2.0), allow_zero=True
+        ),
+    )

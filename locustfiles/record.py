@@ -1,0 +1,103 @@
+"""What a worker records of one request: the `requests` row plus its chunk columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Strength of a per-event token count source; a request reports its weakest.
+_SOURCE_RANK = {"usage": 2, "tokenizer": 1, "events": 0}
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Mutable while the request runs; `row()` gives the schema v1 `requests` row."""
+
+    request_id: str
+    step: int
+    concurrency: int
+    cold: bool
+    scenario: str
+    endpoint: str
+    model: str | None
+    stream: bool
+    prompt_tokens_requested: int | None
+    max_tokens: int | None
+    prompt_sha256: str
+    prompt_text: str | None = None
+    sent_at_ns: int = 0
+    headers_ns: int | None = None
+    first_event_ns: int | None = None
+    first_token_ns: int | None = None
+    first_content_ns: int | None = None
+    last_token_ns: int | None = None
+    end_ns: int | None = None
+    http_status: int | None = None
+    status: str = "ok"
+    error_kind: str | None = None
+    error_detail: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    output_tokens: int | None = None
+    output_tokens_source: str | None = None
+    events: int = 0
+    server_request_id: str | None = None
+    # chunk columns (one entry per output event)
+    chunk_offsets: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_chars: list[int] = field(default_factory=list)
+    chunk_kinds: list[str] = field(default_factory=list)
+
+    def note_source(self, source: str) -> None:
+        current = self.output_tokens_source
+        if current is None or _SOURCE_RANK[source] < _SOURCE_RANK[current]:
+            self.output_tokens_source = source
+
+    def fail(self, kind: str, detail: str, status: str = "error") -> None:
+        """Record the first failure only: later ones are consequences of it."""
+        if self.error_kind is None:
+            self.status = status
+            self.error_kind = kind
+            self.error_detail = detail[:200]
+
+    def finish(self) -> None:
+        """Settle totals once the request is over."""
+        if self.completion_tokens is not None:
+            self.output_tokens = self.completion_tokens
+        elif self.chunk_tokens:
+            self.output_tokens = sum(self.chunk_tokens)
+        elif self.status == "ok" and self.output_tokens_source is None and self.stream:
+            self.output_tokens = 0
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "step": self.step,
+            "concurrency": self.concurrency,
+            "scenario": self.scenario,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "stream": self.stream,
+            "prompt_tokens_requested": self.prompt_tokens_requested,
+            "max_tokens": self.max_tokens,
+            "prompt_sha256": self.prompt_sha256,
+            "prompt_text": self.prompt_text,
+            "sent_at_ns": self.sent_at_ns,
+            "headers_ns": self.headers_ns,
+            "first_event_ns": self.first_event_ns,
+            "first_token_ns": self.first_token_ns,
+            "first_content_ns": self.first_content_ns,
+            "last_token_ns": self.last_token_ns,
+            "end_ns": self.end_ns,
+            "http_status": self.http_status,
+            "status": self.status,
+            "error_kind": self.error_kind,
+            "error_detail": self.error_detail,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "output_tokens": self.output_tokens,
+            "output_tokens_source": self.output_tokens_source,
+            "events": self.events,
+            "cold": self.cold,
+            "server_request_id": self.server_request_id,
+        }

@@ -1,0 +1,174 @@
+"""Turn a response's SSE events (or a non-streamed body) into a RequestRecord.
+
+Pure logic, no I/O: `client.py` reads the socket and calls `on_event(data, offset_ns)` for
+each event with the time it arrived. Rules (docs/events.md):
+
+- first event = any event; first token = first event with non-empty content or reasoning
+  content; first content = first event with non-empty visible content;
+- tokens per output event: the delta of `usage.completion_tokens` when the event carries
+  usage (continuous usage stats), else the tokenizer's count of the delta text, else 1;
+  the request records the weakest source it had to use;
+- totals prefer the server's `usage`, taken from whichever event carries it;
+- `[DONE]` is noted, never required: a stream that ends after a finish reason is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from locustfiles.prompts import TokenCounter
+from locustfiles.record import RequestRecord
+
+_decode = json.JSONDecoder().decode
+
+
+class StreamFailure(Exception):
+    """The stream cannot be trusted from here on (kind is an error kind of schema v1)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or err)
+    return str(err)
+
+
+class StreamState:
+    """Accumulates one streamed response into `record`."""
+
+    __slots__ = ("chat", "counter", "done", "finish_reason", "record", "usage_tokens")
+
+    def __init__(self, record: RequestRecord, chat: bool, counter: TokenCounter | None) -> None:
+        self.record = record
+        self.chat = chat
+        self.counter = counter
+        self.done = False  # saw [DONE]
+        self.finish_reason: str | None = None
+        self.usage_tokens = 0  # completion_tokens seen so far in usage
+
+    @property
+    def output_events(self) -> int:
+        return len(self.record.chunk_offsets)
+
+    def on_event(self, data: bytes | str, t: int) -> None:
+        rec = self.record
+        rec.events += 1
+        if rec.first_event_ns is None:
+            rec.first_event_ns = t
+        if isinstance(data, bytes):
+            data = data.decode("utf-8", "replace")
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            obj = _decode(data)
+        except ValueError:
+            raise StreamFailure("malformed_event", f"event is not JSON: {data[:80]!r}") from None
+        except RecursionError:
+            raise StreamFailure("malformed_event", "event nests too deeply") from None
+        if not isinstance(obj, dict):
+            raise StreamFailure("malformed_event", f"event is not a JSON object: {data[:80]!r}")
+        if obj.get("error"):
+            raise StreamFailure("stream_error", _error_text(obj["error"]))
+        if rec.server_request_id is None and isinstance(obj.get("id"), str):
+            rec.server_request_id = obj["id"]
+        usage_delta = None
+        usage = obj.get("usage")
+        if usage:
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int):
+                usage_delta = ct - self.usage_tokens
+                self.usage_tokens = ct
+                rec.completion_tokens = ct
+            pt = usage.get("prompt_tokens")
+            if isinstance(pt, int):
+                rec.prompt_tokens = pt
+        choices = obj.get("choices")
+        if not choices:
+            return
+        try:
+            choice = choices[0]
+            if self.chat:
+                delta = choice.get("delta") or {}
+                content = delta.get("content") or ""
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            else:
+                content = choice.get("text") or ""
+                reasoning = ""
+            finish = choice.get("finish_reason")
+        except (AttributeError, TypeError, IndexError):
+            raise StreamFailure(
+                "malformed_event", f"unexpected chunk shape: {data[:80]!r}"
+            ) from None
+        if finish:
+            self.finish_reason = finish
+        if not (content or reasoning):
+            return
+        if rec.first_token_ns is None:
+            rec.first_token_ns = t
+        if content and rec.first_content_ns is None:
+            rec.first_content_ns = t
+        rec.last_token_ns = t
+        if usage_delta is not None:
+            tokens = usage_delta
+            if rec.output_tokens_source != "usage":
+                rec.note_source("usage")
+        elif self.counter is not None:
+            tokens = self.counter.count(content + reasoning)
+            rec.note_source("tokenizer")
+        else:
+            tokens = 1
+            rec.note_source("events")
+        rec.chunk_offsets.append(t)
+        rec.chunk_tokens.append(tokens)
+        rec.chunk_chars.append(len(content) + len(reasoning))
+        rec.chunk_kinds.append("content" if content else "reasoning")
+
+    def on_end(self) -> None:
+        """The body ended: complete only after a finish reason or [DONE]."""
+        if self.finish_reason is None and not self.done:
+            raise StreamFailure(
+                "stream_truncated",
+                f"stream ended without a finish reason after {self.output_events} output events",
+            )
+
+
+def parse_body(
+    record: RequestRecord, body: bytes, chat: bool, counter: TokenCounter | None
+) -> None:
+    """A non-streamed response: TTFT = E2E (first_token = end), no chunk rows, TPOT missing."""
+    try:
+        obj = json.loads(body)
+        choice = obj["choices"][0]
+        if chat:
+            message = choice.get("message") or {}
+            content = message.get("content") or ""
+            reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+        else:
+            content, reasoning = choice.get("text") or "", ""
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise StreamFailure(
+            "malformed_event", f"response body is not a completion: {body[:80]!r}"
+        ) from None
+    if isinstance(obj.get("id"), str):
+        record.server_request_id = record.server_request_id or obj["id"]
+    usage = obj.get("usage") or {}
+    if isinstance(usage.get("prompt_tokens"), int):
+        record.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        record.completion_tokens = usage["completion_tokens"]
+        record.output_tokens_source = "usage"
+    elif counter is not None:
+        record.completion_tokens = None
+        record.chunk_tokens = []
+        record.output_tokens = counter.count(content + reasoning)
+        record.output_tokens_source = "tokenizer"
+    if content or reasoning:
+        record.first_token_ns = record.end_ns
+        if content:
+            record.first_content_ns = record.end_ns

@@ -1,0 +1,94 @@
+"""Deadlines for streams in flight without a timer per socket read.
+
+A gevent socket with a timeout arms and disarms a timer on every read: at tens of thousands
+of events per second that costs more than the event. So once a response's headers are in,
+its socket has no timeout and one watchdog greenlet per process checks every in-flight
+stream every CHECK_INTERVAL_S for the request timeout, the TTFT timeout and the stall
+timeout. An expired stream's socket is shut down: the blocked read returns, and the request
+is recorded with the watchdog's kind. Deadlines are thus kept to within CHECK_INTERVAL_S.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from typing import Any
+
+import gevent
+
+CHECK_INTERVAL_S = 0.05
+_perf_ns = time.perf_counter_ns
+
+
+class Watch:
+    """One request's deadlines; `last` is the perf_counter_ns of its latest read."""
+
+    __slots__ = ("expired", "last", "limits", "sock", "t0", "waiting_first")
+
+    def __init__(self, limits: Any) -> None:
+        self.limits = limits
+        self.t0 = 0
+        self.last = 0
+        self.waiting_first = True
+        self.expired: str | None = None
+        self.sock: Any = None
+
+    def start(self, resp: Any) -> None:
+        conn = getattr(resp, "_connection", None)
+        self.sock = getattr(conn, "sock", None)
+        self.last = _perf_ns()
+        if self.sock is not None:
+            _watchdog.add(self)
+
+    def stop(self) -> None:
+        if self.sock is not None:
+            _watchdog.discard(self)
+            self.sock = None
+
+    def check(self, now: int) -> str | None:
+        lim = self.limits
+        if lim.request_timeout and now - self.t0 > lim.request_timeout * 1e9:
+            return "total_timeout"
+        if self.waiting_first and lim.ttft_timeout and now - self.t0 > lim.ttft_timeout * 1e9:
+            return "ttft_timeout"
+        if lim.stall_timeout and now - self.last > lim.stall_timeout * 1e9:
+            return "stall_timeout"
+        return None
+
+    def detail(self) -> str:
+        lim = self.limits
+        limit = {"total_timeout": lim.request_timeout, "ttft_timeout": lim.ttft_timeout,
+                 "stall_timeout": lim.stall_timeout}[self.expired or "total_timeout"]  # fmt: skip
+        what = {"total_timeout": "request not finished", "ttft_timeout": "no first token",
+                "stall_timeout": "no data"}[self.expired or "total_timeout"]  # fmt: skip
+        return f"{what} within {limit} s"
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self.watches: set[Watch] = set()
+        self.greenlet: gevent.Greenlet | None = None
+
+    def add(self, watch: Watch) -> None:
+        self.watches.add(watch)
+        if self.greenlet is None or self.greenlet.dead:
+            self.greenlet = gevent.spawn(self._run)
+
+    def discard(self, watch: Watch) -> None:
+        self.watches.discard(watch)
+
+    def _run(self) -> None:
+        while self.watches:
+            gevent.sleep(CHECK_INTERVAL_S)
+            now = _perf_ns()
+            for watch in list(self.watches):
+                kind = watch.check(now)
+                if kind is not None and watch.sock is not None:
+                    watch.expired = kind
+                    self.watches.discard(watch)
+                    with contextlib.suppress(OSError):
+                        watch.sock.shutdown(socket.SHUT_RDWR)
+
+
+_watchdog = _Watchdog()

@@ -1,0 +1,256 @@
+"""A worker's side of a run: its sink, its workload stream, probes, and request recording.
+
+One WorkerContext per worker process and run, made at test_start (after Locust has handed
+the master's options to the worker, after any fork). Probes run once, lazily, behind a lock,
+before the first request: the model id (`/v1/models`), whether the server accepts
+`ignore_eos` and continuous usage stats, and the prompt-length calibration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import gevent.lock
+import urllib3
+
+from locustfiles.client import Limits, execute, request_json
+from locustfiles.options import ChatOptions
+from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer, prompt_hash
+from locustfiles.record import RequestRecord
+from locustfiles.secrets import redact, secret_values
+from locustfiles.sink import EventSink, SinkConfig
+from locustfiles.steps import StepState
+
+log = logging.getLogger("llmload.worker")
+
+PROBE_TIMEOUT_S = 30.0
+
+
+class RequestFailed(Exception):
+    """Given to Locust's request event so its stats show the failure kind."""
+
+
+class WorkerContext:
+    def __init__(
+        self,
+        options: ChatOptions,
+        run_id: str,
+        identity: dict[str, Any],
+        host: str,
+        worker_index: int,
+        step: StepState,
+    ) -> None:
+        self.options = options
+        self.run_id = run_id
+        self.identity = identity
+        self.worker_id: str = identity["worker_id"]
+        self.base_url = host.rstrip("/")
+        self.url = self.base_url + options.path
+        self.step = step
+        self.counter: TokenCounter | None = (
+            load_tokenizer(options.tokenizer) if options.tokenizer else None
+        )
+        self.prompts = PromptBuilder(options.seed, self.counter, options.shared_prefix_tokens)
+        self.sampler = options.workload.sampler(options.seed, worker_index)
+        self.rng = random.Random(f"llmload-worker:{options.seed}:{worker_index}")
+        self.limits = Limits(
+            connect_timeout=options.connect_timeout,
+            request_timeout=options.request_timeout,
+            ttft_timeout=options.ttft_timeout,
+            stall_timeout=options.stall_timeout,
+        )
+        self.model: str | None = options.model or None
+        self.ignore_eos = options.ignore_eos == "on"
+        self.continuous_usage = options.continuous_usage == "on"
+        self._ready = False
+        self._lock = gevent.lock.Semaphore()
+        self._close_lock = gevent.lock.Semaphore()
+        self._secrets = secret_values(os.environ)
+        config = SinkConfig(
+            events_uri=options.events_uri,
+            run_id=run_id,
+            worker_id=self.worker_id,
+            store_prompts=options.store_prompts,
+        )
+        if options.spool_dir:
+            config = dataclasses.replace(config, spool_dir=Path(options.spool_dir))
+        self.sink = EventSink(config)
+        self.sink.start()
+        self.sink_report: dict[str, Any] | None = None
+        self.sent = 0
+        self.cold_sent = 0
+
+    def holding(self) -> bool:
+        """In the cold phase after its requests were sent: wait for the master's next step."""
+        return self.step.cold and self.cold_sent >= self.options.cold_requests
+
+    # -- headers and bodies ------------------------------------------------------------
+    def headers(self, request_id: str) -> dict[str, str]:
+        headers = {"X-Request-Id": request_id}
+        key = self.options.api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def body(self, prompt: str | None, messages: list[dict[str, Any]] | None, max_tokens: int | None,
+             stream: bool, probe: bool = False) -> dict[str, Any]:  # fmt: skip
+        body: dict[str, Any] = {"model": self.model, "stream": stream}
+        if self.options.endpoint == "chat":
+            body["messages"] = messages or [{"role": "user", "content": prompt or ""}]
+        else:
+            body["prompt"] = (
+                prompt
+                if prompt is not None
+                else "\n".join(str(m.get("content", "")) for m in messages or [])
+            )
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+            if self.continuous_usage:
+                body["stream_options"]["continuous_usage_stats"] = True
+        if self.ignore_eos and max_tokens is not None and not probe:
+            body["ignore_eos"] = True
+        body.update(self.options.extra_body)
+        return body
+
+    # -- probes ------------------------------------------------------------------------
+    def _post(self, pool: urllib3.PoolManager, body: dict[str, Any]) -> tuple[int, Any]:
+        rid = "probe-" + uuid.uuid4().hex
+        return request_json(pool, "POST", self.url, body, self.headers(rid), PROBE_TIMEOUT_S)
+
+    def ensure_ready(self, pool: urllib3.PoolManager) -> None:
+        if self._ready:
+            return
+        with self._lock:
+            if self._ready:
+                return
+            try:
+                self._probe(pool)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                log.warning("llmload: probing %s failed (%s); sending requests anyway",
+                            self.base_url, type(exc).__name__)  # fmt: skip
+            self._ready = True
+
+    def _probe(self, pool: urllib3.PoolManager) -> None:
+        if self.model is None:
+            status, doc = request_json(pool, "GET", self.base_url + "/v1/models", None,
+                                       self.headers("probe-models"), PROBE_TIMEOUT_S)  # fmt: skip
+            data = (doc.get("data") if isinstance(doc, dict) else None) or []
+            self.model = data[0].get("id") if status == 200 and data else None
+            log.info("llmload: model %s (from /v1/models)", self.model)
+        tiny = self.prompts.words(4, random.Random(1))
+        if self.options.ignore_eos == "auto":
+            body = self.body(tiny, None, 2, stream=False, probe=True)
+            body["ignore_eos"] = True
+            status, _ = self._post(pool, body)
+            self.ignore_eos = status == 200
+            log.info(
+                "llmload: ignore_eos %s (probe: HTTP %d)",
+                "on" if self.ignore_eos else "off",
+                status,
+            )
+        if self.options.continuous_usage == "auto" and self.options.stream:
+            body = self.body(tiny, None, 2, stream=True, probe=True)
+            body["stream_options"]["continuous_usage_stats"] = True
+            status, _ = self._post(pool, body)
+            self.continuous_usage = status == 200
+            log.info("llmload: continuous usage %s (probe: HTTP %d)",
+                     "on" if self.continuous_usage else "off", status)  # fmt: skip
+
+        def prompt_tokens(text: str) -> int | None:
+            status, doc = self._post(pool, self.body(text, None, 1, stream=False, probe=True))
+            usage = (doc.get("usage") if isinstance(doc, dict) else None) or {}
+            value = usage.get("prompt_tokens") if status == 200 else None
+            return value if isinstance(value, int) else None
+
+        calibration = self.prompts.calibrate(prompt_tokens)
+        log.info("llmload: prompt calibration %s", calibration)
+
+    # -- requests ----------------------------------------------------------------------
+    def run_one(self, pool: urllib3.PoolManager) -> RequestRecord | None:
+        """Build, send and record one request. Returns the record (None if not sent)."""
+        self.ensure_ready(pool)
+        spec = self.sampler.sample()
+        step = self.step
+        if step.cold:
+            self.cold_sent += 1
+        if spec.messages is not None:
+            text = json.dumps(spec.messages, sort_keys=True)
+        elif spec.prompt_text is not None:
+            text = spec.prompt_text
+        else:
+            text = self.prompts.build(spec.prompt_tokens or 1, self.rng)
+        request_id = uuid.uuid4().hex
+        record = RequestRecord(
+            request_id=request_id,
+            step=step.step,
+            concurrency=step.concurrency,
+            cold=step.cold,
+            scenario=spec.scenario,
+            endpoint=self.options.endpoint,
+            model=self.model,
+            stream=self.options.stream,
+            prompt_tokens_requested=spec.prompt_tokens,
+            max_tokens=spec.max_tokens,
+            prompt_sha256=prompt_hash(text),
+            prompt_text=text if self.options.store_prompts else None,
+        )
+        prompt = None if spec.messages is not None else text
+        body = self.body(prompt, spec.messages, spec.max_tokens, self.options.stream)
+        cancel = None
+        if self.options.cancel_rate and self.rng.random() < self.options.cancel_rate:
+            cancel = self.options.cancel_after_tokens
+        try:
+            execute(
+                pool,
+                self.url,
+                body,
+                self.headers(request_id),
+                record,
+                self.limits,
+                self.counter,
+                cancel,
+            )
+        finally:
+            if record.error_detail:
+                record.error_detail = redact(record.error_detail, self._secrets)
+            self.sink.append_request(record.row())
+            if record.chunk_offsets:
+                self.sink.append_chunks(
+                    request_id,
+                    record.chunk_offsets,
+                    record.chunk_tokens,
+                    record.chunk_chars,
+                    record.chunk_kinds,
+                )
+            self.sent += 1
+        return record
+
+    def close(self, timeout: float) -> dict[str, Any]:
+        with self._close_lock:
+            return self._close(timeout)
+
+    def _close(self, timeout: float) -> dict[str, Any]:
+        if self.sink_report is None:
+            report = self.sink.close(timeout=timeout)
+            self.sink_report = {
+                **dataclasses.asdict(report),
+                "spool_dir": str(report.spool_dir),
+                "complete": report.complete,
+            }
+            log.info("llmload: worker %s flushed: %s", self.worker_id, report)
+        return {**self.identity, "sink": self.sink_report, "sent": self.sent}
+
+
+def failure_for(record: RequestRecord) -> RequestFailed | None:
+    if record.status == "ok":
+        return None
+    return RequestFailed(f"{record.error_kind}: {record.error_detail or ''}"[:200])

@@ -1,0 +1,192 @@
+"""Workload specs: what prompt length and output cap each request gets.
+
+Grammar (weights optional, normalised; components joined with `+`):
+
+    D(in,out)                          fixed lengths
+    N(mean_in,sd_in)/(mean_out,sd_out) normal, rounded
+    U(min_in,max_in)/(min_out,max_out) uniform integers, bounds included
+    0.7*D(128,64)+0.3*N(2048,512)/(256,64)
+    dataset:PATH.jsonl                 one JSON object per line: "prompt" (text) or
+                                       "messages" (chat list); optional "max_tokens",
+                                       optional "prompt_tokens" (its known length)
+
+Sampling is seeded and reproducible: the same seed and worker index give the same sequence.
+Lengths below 1 are clamped to 1 with one warning per component.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_PAIR = rf"\({_NUM},{_NUM}\)"
+_COMPONENT = re.compile(
+    rf"^\s*(?:(?P<weight>\d+(?:\.\d+)?)\s*\*)?\s*(?:"
+    rf"D{_PAIR}"
+    rf"|(?P<dist>[NU]){_PAIR}\s*/\s*{_PAIR}"
+    rf")\s*$"
+)
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request's shape: lengths to aim for, or a dataset prompt to send as it is."""
+
+    scenario: str
+    prompt_tokens: int | None
+    max_tokens: int | None
+    prompt_text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class _Lengths:
+    """A D/N/U component."""
+
+    name: str
+    kind: str  # D, N or U
+    a_in: float
+    b_in: float
+    a_out: float
+    b_out: float
+    warned: bool = field(default=False, compare=False)
+
+    def _draw(self, rng: random.Random, a: float, b: float) -> float:
+        if self.kind == "D":
+            return a
+        if self.kind == "N":
+            return rng.gauss(a, b)
+        return rng.randint(int(a), int(b))
+
+    def sample(self, rng: random.Random) -> RequestSpec:
+        if self.kind == "D":
+            p_in, p_out = self.a_in, self.b_in  # D(in,out): the pair is (in, out)
+        else:
+            p_in = self._draw(rng, self.a_in, self.b_in)
+            p_out = self._draw(rng, self.a_out, self.b_out)
+        n_in, n_out = round(p_in), round(p_out)
+        if (n_in < 1 or n_out < 1) and not self.warned:
+            log.warning("workload %s asked for a length below 1; clamping to 1", self.name)
+            self.warned = True
+        return RequestSpec(self.name, max(1, n_in), max(1, n_out))
+
+
+@dataclass
+class _Dataset:
+    name: str
+    rows: list[dict[str, Any]]
+
+    def sample(self, rng: random.Random) -> RequestSpec:
+        row = self.rows[rng.randrange(len(self.rows))]
+        return RequestSpec(
+            self.name,
+            row.get("prompt_tokens"),
+            row.get("max_tokens"),
+            prompt_text=row.get("prompt"),
+            messages=row.get("messages"),
+        )
+
+
+class Workload:
+    """A weighted mix of components; `sample()` draws one RequestSpec."""
+
+    def __init__(self, spec: str, components: list[Any], weights: list[float]) -> None:
+        self.spec = spec
+        self.components = components
+        total = sum(weights)
+        self.weights = [w / total for w in weights]
+
+    def sampler(self, seed: int, stream: int = 0) -> WorkloadSampler:
+        return WorkloadSampler(self, random.Random(f"llmload:{seed}:{stream}"))
+
+    @property
+    def scenarios(self) -> list[str]:
+        return [c.name for c in self.components]
+
+
+class WorkloadSampler:
+    """A seeded stream of RequestSpecs from one Workload."""
+
+    def __init__(self, workload: Workload, rng: random.Random) -> None:
+        self.workload = workload
+        self.rng = rng
+
+    def sample(self) -> RequestSpec:
+        comps = self.workload.components
+        comp = comps[0] if len(comps) == 1 else self.rng.choices(comps, self.workload.weights)[0]
+        spec: RequestSpec = comp.sample(self.rng)
+        return spec
+
+
+def _load_dataset(spec: str) -> _Dataset:
+    path = Path(spec.split(":", 1)[1])
+    if not path.is_file():
+        raise UsageError(f"workload dataset {path} does not exist; give dataset:PATH.jsonl")
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict) or not (
+                isinstance(row.get("prompt"), str) or isinstance(row.get("messages"), list)
+            ):
+                raise UsageError(
+                    f'{path}:{lineno}: each line needs a "prompt" string or a "messages" list'
+                )
+            for key in ("max_tokens", "prompt_tokens"):
+                value = row.get(key)
+                if value is not None and (not isinstance(value, int) or value < 1):
+                    raise UsageError(f"{path}:{lineno}: {key} must be a positive integer")
+            rows.append(row)
+    if not rows:
+        raise UsageError(f"workload dataset {path} has no prompts")
+    return _Dataset(f"dataset:{path.name}", rows)
+
+
+def parse_workload(spec: str) -> Workload:
+    """Parse a workload spec; raise UsageError naming the bad part and the expected form."""
+    text = spec.strip()
+    if text.startswith("dataset:"):
+        return Workload(text, [_load_dataset(text)], [1.0])
+    components: list[Any] = []
+    weights: list[float] = []
+    for part in text.split("+"):
+        m = _COMPONENT.match(part)
+        if not m:
+            raise UsageError(
+                f"workload component {part.strip()!r} is not understood; use D(in,out), "
+                "N(mean_in,sd_in)/(mean_out,sd_out), U(min_in,max_in)/(min_out,max_out), "
+                "weighted like 0.7*D(128,64)+0.3*U(10,20)/(5,9), or dataset:PATH.jsonl"
+            )
+        groups = m.groups()  # weight, D's two numbers, N/U letter, N/U's four numbers
+        nums = [float(g) for i, g in enumerate(groups) if i not in (0, 3) and g is not None]
+        kind = m.group("dist") or "D"
+        name = re.sub(r"^\s*\d+(?:\.\d+)?\s*\*\s*", "", part).replace(" ", "")
+        if kind == "D":
+            comp = _Lengths(name, "D", nums[0], nums[1], 0, 0)
+        else:
+            comp = _Lengths(name, kind, nums[0], nums[1], nums[2], nums[3])
+        if kind == "U" and (comp.a_in > comp.b_in or comp.a_out > comp.b_out):
+            raise UsageError(f"workload {name}: U(min,max) needs min <= max")
+        if kind == "N" and (comp.b_in < 0 or comp.b_out < 0):
+            raise UsageError(f"workload {name}: N(mean,sd) needs sd >= 0")
+        weight = float(m.group("weight")) if m.group("weight") else 1.0
+        if weight <= 0:
+            raise UsageError(f"workload {name}: weight must be positive")
+        components.append(comp)
+        weights.append(weight)
+    return Workload(text, components, weights)

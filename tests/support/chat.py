@@ -1,0 +1,168 @@
+"""Helpers for end-to-end tests of the chat user: a simulator subprocess, Locust runs, results.
+
+sim = start_sim(tmp_path, "--tokens-per-event", "1-3")     # SimProcess (context manager)
+result = run_locust(sim.url, tmp_path / "runs", "--steps", "1,2", workers=2)
+requests, chunks, manifest = result.events()
+truth = sim.truth()                                         # {request_id: truth line}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).parents[2]
+LOCUSTFILE = ROOT / "locustfiles" / "chat.py"
+BIN = Path(sys.executable).parent
+
+
+class SimProcess:
+    """`llmload sim` on a free port with a truth log; stopped (SIGTERM) on exit."""
+
+    def __init__(self, workdir: Path, *args: str) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.truth_path = workdir / "truth.jsonl"
+        port_file = workdir / "sim.port"
+        self.log_path = workdir / "sim.log"
+        cmd = [str(BIN / "llmload"), "sim", "--port", "0", "--port-file", str(port_file),
+               "--profile", "tiny", "--truth-log", str(self.truth_path), *args]  # fmt: skip
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"simulator did not start: {self.log_path.read_text()}")
+            time.sleep(0.05)
+        self.port = int(port_file.read_text().strip())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def truth(self) -> dict[str, dict[str, Any]]:
+        """The server's log of load requests by id (the workers' `probe-*` requests left out)."""
+        lines = self.truth_path.read_text().splitlines() if self.truth_path.exists() else []
+        out: dict[str, dict[str, Any]] = {}
+        for line in lines:
+            row = json.loads(line)
+            if not row["request_id"].startswith("probe-"):
+                out[row["request_id"]] = row
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_sim(workdir: Path, *args: str) -> SimProcess:
+    return SimProcess(workdir, *args)
+
+
+@dataclass
+class LocustResult:
+    returncode: int
+    output: str
+    events_dir: Path
+
+    def run_dir(self) -> Path:
+        runs = sorted(p for p in self.events_dir.iterdir() if p.is_dir())
+        assert len(runs) == 1, f"expected one run in {self.events_dir}, found {runs}"
+        return runs[0]
+
+    def events(self) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+        run = self.run_dir()
+        manifest = json.loads((run / "manifest.json").read_text())
+
+        def read(table: str) -> pd.DataFrame:
+            files = sorted((run / table).rglob("*.parquet")) if (run / table).exists() else []
+            if not files:
+                return pd.DataFrame()
+            return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+
+        return read("requests"), read("chunks"), manifest
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_locust(
+    host: str,
+    events_dir: Path,
+    *args: str,
+    workers: int = 0,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> LocustResult:
+    """A headless llmload run: local, or a master with `workers` worker processes on loopback."""
+    base = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+            "--host", host, "--events-uri", str(events_dir), "--spool-dir", str(events_dir) + ".spool", *args]  # fmt: skip
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    procs: list[subprocess.Popen[str]] = []
+    if workers:
+        port = _free_port()
+        base += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                 "--expect-workers", str(workers), "--expect-workers-max-wait", "30"]  # fmt: skip
+        for _ in range(workers):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "locust"),
+                        "-f",
+                        str(LOCUSTFILE),
+                        "--worker",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                    ],  # fmt: skip
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    env=full_env,
+                )  # fmt: skip
+            )
+    try:
+        out = subprocess.run(
+            base,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+        )
+        output = out.stdout + out.stderr
+        code = out.returncode
+    finally:
+        for p in procs:
+            try:
+                worker_out, _ = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                worker_out, _ = p.communicate()
+            output += "\n--- worker ---\n" + (worker_out or "")
+    return LocustResult(code, output, events_dir)

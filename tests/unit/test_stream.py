@@ -1,0 +1,111 @@
+"""The stream rules: first event vs first token, token sources, totals, finish, failures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from locustfiles.prompts import TokenCounter
+from locustfiles.record import RequestRecord
+from locustfiles.stream import StreamFailure, StreamState, parse_body
+
+
+def record(stream: bool = True) -> RequestRecord:
+    return RequestRecord("r", 0, 1, False, "D(1,1)", "chat", "m", stream, 1, 8, "h")
+
+
+def chunk(content: str = "", reasoning: str = "", finish: str | None = None, usage: dict | None = None,
+          role: bool = False) -> bytes:  # fmt: skip
+    delta: dict = {"role": "assistant"} if role else {}
+    if content:
+        delta["content"] = content
+    if reasoning:
+        delta["reasoning_content"] = reasoning
+    obj: dict = {"id": "srv-1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        obj["usage"] = usage
+    return json.dumps(obj).encode()
+
+
+def test_role_chunk_is_first_event_not_first_token_and_reasoning_counts_as_token() -> None:
+    rec = record()
+    state = StreamState(rec, chat=True, counter=None)
+    state.on_event(chunk(role=True), 10)
+    state.on_event(chunk(reasoning="think"), 20)
+    state.on_event(chunk(content="Hi"), 30)
+    state.on_event(chunk(content=" there", finish="stop"), 40)
+    state.on_end()  # no [DONE]: complete after a finish reason
+    rec.finish()
+    assert (rec.first_event_ns, rec.first_token_ns, rec.first_content_ns, rec.last_token_ns) == (
+        10,
+        20,
+        30,
+        40,
+    )
+    assert rec.chunk_kinds == ["reasoning", "content", "content"]
+    assert rec.output_tokens_source == "events" and rec.output_tokens == 3
+    assert rec.server_request_id == "srv-1"
+
+
+def test_continuous_usage_gives_exact_tokens_per_event_and_totals() -> None:
+    rec = record()
+    state = StreamState(rec, chat=True, counter=None)
+    state.on_event(chunk(content="a b", usage={"prompt_tokens": 5, "completion_tokens": 2}), 1)
+    state.on_event(chunk(content="c d e", usage={"prompt_tokens": 5, "completion_tokens": 5}), 2)
+    state.on_event(chunk(finish="length", usage={"prompt_tokens": 5, "completion_tokens": 5}), 3)
+    state.on_event(b"[DONE]", 4)
+    state.on_end()
+    rec.finish()
+    assert rec.chunk_tokens == [2, 3]
+    assert rec.output_tokens_source == "usage"
+    assert (rec.prompt_tokens, rec.output_tokens, rec.events) == (5, 5, 4)
+
+
+def test_tokenizer_counts_event_text_when_usage_is_only_at_the_end() -> None:
+    counter = TokenCounter(lambda text: text.split(), "words")
+    rec = record()
+    state = StreamState(rec, chat=True, counter=counter)
+    state.on_event(chunk(content="a b c"), 1)
+    state.on_event(chunk(content=" d", finish="stop"), 2)
+    state.on_event(
+        json.dumps({"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 1}}).encode(),
+        3,
+    )
+    state.on_end()
+    rec.finish()
+    assert rec.chunk_tokens == [3, 1] and rec.output_tokens_source == "tokenizer"
+    assert rec.output_tokens == 4  # the server's total wins
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [(b"{not json", "malformed_event"), (b"[1, 2]", "malformed_event"),
+     (b'{"error": {"message": "boom"}}', "stream_error"),
+     (b'{"choices": ["x"]}', "malformed_event")],
+)  # fmt: skip
+def test_bad_events_are_failures_with_a_kind(data: bytes, kind: str) -> None:
+    with pytest.raises(StreamFailure) as info:
+        StreamState(record(), chat=True, counter=None).on_event(data, 1)
+    assert info.value.kind == kind
+
+
+def test_a_stream_ending_without_finish_is_truncated() -> None:
+    state = StreamState(record(), chat=True, counter=None)
+    state.on_event(chunk(content="x"), 1)
+    with pytest.raises(StreamFailure, match="without a finish reason after 1 output events"):
+        state.on_end()
+
+
+def test_non_streaming_body_sets_ttft_to_e2e_and_no_tpot() -> None:
+    rec = record(stream=False)
+    rec.end_ns = 500
+    body = {
+        "id": "x",
+        "choices": [{"message": {"content": "hello"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 7},
+    }
+    parse_body(rec, json.dumps(body).encode(), chat=True, counter=None)
+    rec.finish()
+    assert rec.first_token_ns == 500 and rec.last_token_ns is None
+    assert rec.output_tokens == 7 and rec.chunk_offsets == []

@@ -1,0 +1,92 @@
+"""Workload specs and option validation: clear errors, reproducible sampling."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from analysis.errors import UsageError
+from locustfiles.options import OPTIONS, from_parsed
+from locustfiles.workloads import parse_workload
+
+
+def test_mix_weights_and_reproducible_sampling() -> None:
+    w = parse_workload("0.7*D(128,64)+0.3*N(2048,512)/(256,64)")
+    assert w.scenarios == ["D(128,64)", "N(2048,512)/(256,64)"] and w.weights == pytest.approx(
+        [0.7, 0.3]
+    )
+    a = [w.sampler(1, 0).sample() for _ in range(1)]
+    s1, s2, s3 = w.sampler(5, 2), w.sampler(5, 2), w.sampler(5, 3)
+    seq1 = [s1.sample() for _ in range(50)]
+    assert seq1 == [s2.sample() for _ in range(50)]
+    assert seq1 != [s3.sample() for _ in range(50)]
+    share = sum(r.scenario == "D(128,64)" for r in seq1 + [s1.sample() for _ in range(950)]) / 1000
+    assert 0.65 < share < 0.75 and a
+
+
+def test_uniform_bounds_included_and_clamping_to_one(caplog: pytest.LogCaptureFixture) -> None:
+    s = parse_workload("U(1,3)/(0,1)").sampler(0)
+    drawn = [s.sample() for _ in range(200)]
+    assert {r.prompt_tokens for r in drawn} == {1, 2, 3}
+    assert {r.max_tokens for r in drawn} == {1}
+    assert "clamping to 1" in caplog.text
+
+
+def test_dataset_workload(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        '{"prompt": "hello", "max_tokens": 5}\n\n{"messages": [{"role": "user", "content": "x"}]}\n'
+    )
+    s = parse_workload(f"dataset:{path}").sampler(0)
+    got = {(r.prompt_text, r.max_tokens) for r in (s.sample() for _ in range(30))}
+    assert got == {("hello", 5), (None, None)}
+    path.write_text('{"prompt": 3}\n')
+    with pytest.raises(UsageError, match=r"p.jsonl:1: each line needs"):
+        parse_workload(f"dataset:{path}")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("X(1,2)", "not understood"), ("U(5,1)/(1,2)", "min <= max"), ("N(5,-1)/(1,1)", "sd >= 0"),
+     ("0*D(1,2)", "weight must be positive"), ("dataset:/nope.jsonl", "does not exist")],
+)  # fmt: skip
+def test_bad_workloads_name_the_problem(spec: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_workload(spec)
+
+
+def defaults(**changes: object) -> argparse.Namespace:
+    ns = argparse.Namespace()
+    for flag, kwargs in OPTIONS:
+        setattr(ns, flag.lstrip("-").replace("-", "_"), kwargs.get("default"))
+    for key, value in changes.items():
+        setattr(ns, key, value)
+    return ns
+
+
+def test_defaults_are_valid_and_every_option_has_an_env_var() -> None:
+    opts = from_parsed(defaults())
+    assert opts.steps == (1, 2, 4, 8) and opts.stream
+    assert all(
+        kw["env_var"] == "LOCUST_" + f.lstrip("-").replace("-", "_").upper() for f, kw in OPTIONS
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"steps": "1,x"}, "--steps"), ({"steps": "0"}, ">= 1"), ({"extra_body": "[1]"}, "JSON object"),
+     ({"extra_body": "{"}, "not valid JSON"), ({"cancel_rate": 1.5}, "between 0 and 1"),
+     ({"step_warmup": 40.0}, "shorter than --step-duration"), ({"events_uri": "ftp://x"}, "not supported"),
+     ({"request_timeout": 0.0}, "must be > 0"), ({"api_key_env": "A B"}, "environment variable name")],
+)  # fmt: skip
+def test_invalid_options_are_one_clear_error(changes: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        from_parsed(defaults(**changes))
+
+
+def test_options_are_documented_in_the_readme() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    missing = [flag for flag, _ in OPTIONS if f"`{flag}" not in readme]
+    assert missing == []
