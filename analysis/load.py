@@ -31,6 +31,7 @@ from analysis.schema import (
     check_version,
     version_of,
 )
+from analysis.server_metrics import ServerMetrics, read_server_metrics
 from analysis.storage import ObjectStore, open_store
 
 REQUEST_COLUMNS: Final = (
@@ -161,6 +162,7 @@ class RunData:
     chunks: pd.DataFrame
     completeness: Completeness
     warnings: list[str]
+    server_metrics: ServerMetrics | None = None  # the target's /metrics, when it had one
 
 
 class Progress:
@@ -332,4 +334,7 @@ def load_run(
     if not isinstance(chunks["request_id"].dtype, pd.CategoricalDtype):
         chunks["request_id"] = chunks["request_id"].astype("category")
     warnings.extend(comp.warnings())
-    return RunData(run_uri, run_id, manifest, requests, chunks, comp, warnings)
+    server_metrics = read_server_metrics(store, keys)
+    if server_metrics is not None:
+        warnings.extend(server_metrics.warnings)
+    return RunData(run_uri, run_id, manifest, requests, chunks, comp, warnings, server_metrics)

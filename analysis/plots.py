@@ -188,11 +188,68 @@ def timeline(report: Report) -> Plot:
     return Plot("plot-timeline", "Requests in flight and errors over time", _svg(fig))
 
 
+def server_metrics(report: Report) -> Plot | None:
+    """The server's running/waiting requests and KV-cache usage over time, under TTFT.
+
+    None when the run holds no server metrics (the target had no /metrics): no plot at all.
+    """
+    scraped = report.server_metrics
+    if scraped is None or scraped.samples == 0:
+        return None
+    frame = scraped.frame
+    at = frame["scraped_at_ns"].to_numpy(np.int64)
+    per = report.per_request
+    sent = per["sent_at_ns"].to_numpy(np.int64)
+    ttft = per["ttft_s"].to_numpy(float) * 1000
+    t0 = int(min(at.min(), sent.min())) if len(sent) else int(at.min())
+    fig = Figure(figsize=(12, 7), layout="constrained")
+    ax_ttft, ax_load, ax_kv = fig.subplots(3, 1, sharex=True)
+    ok = ~np.isnan(ttft)
+    if ok.any():
+        ax_ttft.plot((sent[ok] - t0) / 1e9, ttft[ok], ".", markersize=3, color="#4c72b0")
+    else:
+        _no_data(ax_ttft)
+    ax_ttft.set_ylabel("TTFT (ms)")
+    ax_ttft.set_title("TTFT per request (by send time)")
+    x = (at - t0) / 1e9
+    drawn = False
+    for column, color in (("running", "#55a868"), ("waiting", "#c44e52")):
+        y = frame[column].to_numpy(float)
+        if not np.isnan(y).all():
+            ax_load.step(x, y, where="post", label=column, color=color)
+            drawn = True
+    if drawn:
+        ax_load.legend(fontsize="small")
+    else:
+        _no_data(ax_load)
+    ax_load.set_ylabel("requests")
+    ax_load.set_title("Server: requests running and waiting")
+    kv = frame["kv_cache_usage"].to_numpy(float) * 100
+    if not np.isnan(kv).all():
+        ax_kv.step(x, kv, where="post", color="#8172b3")
+    else:
+        _no_data(ax_kv)
+    ax_kv.set_ylabel("KV cache (%)")
+    ax_kv.set_title("Server: KV-cache usage")
+    ax_kv.set_xlabel("seconds since the run's first request or scrape")
+    for ax in (ax_ttft, ax_load, ax_kv):
+        ax.grid(True, alpha=0.3)
+        for row in report.table.rows:
+            if row["window_start_ns"] is not None and row["group"] == "step":
+                start, end = (row["window_start_ns"] - t0) / 1e9, (row["window_end_ns"] - t0) / 1e9
+                ax.axvspan(start, end, color="#55a868", alpha=0.08)
+    fig.suptitle("Server metrics (scraped from /metrics) beside TTFT; steady windows shaded")
+    title = "Server running/waiting requests and KV-cache usage over time, beside TTFT"
+    return Plot("plot-server-metrics", title, _svg(fig))
+
+
 def all_plots(report: Report) -> list[Plot]:
-    return [
+    plots = [
         latency_vs_concurrency(report),
         throughput_vs_concurrency(report),
         throughput_vs_latency(report),
         latency_distributions(report),
         timeline(report),
     ]
+    extra = server_metrics(report)
+    return plots if extra is None else [*plots, extra]

@@ -114,6 +114,10 @@ def run_facts(report: Report) -> list[tuple[str, str]]:
         ("ended", str(m.get("ended_at") or "not recorded")),
         ("events", report.run_uri),
     ]
+    config = m.get("config") or {}
+    for key in ("model_full_name", "revision", "server_version", "launch_args"):
+        if config.get(key):  # engine facts a campaign records (docs/engines.md)
+            facts.insert(2, (key.replace("_", " "), str(config[key])))
     return facts
 
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from analysis.load import Completeness, RunData, load_run
 from analysis.metrics import compute_request_metrics
+from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
 from analysis.steps import StepTable, aggregate_steps
 
@@ -49,6 +50,7 @@ class Report:
     table: StepTable
     warnings: list[str]
     files: dict[str, Path] = field(default_factory=dict)
+    server_metrics: ServerMetrics | None = None  # the target's /metrics during the run
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -139,6 +141,7 @@ def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
     if run.requests.empty:
         warnings.append("the run holds no request rows: there is nothing to summarise")
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
+    report.server_metrics = run.server_metrics
     if report.simulated:
         warnings.insert(0, "the target was SIMULATED: these numbers are not inference performance")
     return report

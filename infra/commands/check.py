@@ -1,0 +1,110 @@
+"""`llmload check URL`: the handbook's checks before any load (infra/check/)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+from analysis.errors import UsageError
+
+EXIT_FAILED = 1
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "check",
+        help="verify a server before load: non-streaming, streaming, bad input, cancellation",
+        description=(
+            "Run the handbook's checks in order against an OpenAI-compatible server: a "
+            "non-streaming request, a streaming request, an over-long prompt (must be rejected "
+            "with 400/413/422) and a client cancellation (the running-requests gauge of "
+            "/metrics must return to its baseline). Prints what it learned (model, version, "
+            "ignore_eos, usage in the stream, [DONE], simulated). Exit 0 when every required "
+            "check passes, 1 when one fails, 2 for bad input."
+        ),
+    )
+    parser.add_argument(
+        "url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000"
+    )
+    parser.add_argument("--model", default=None, help="model id (default: first id of /v1/models)")
+    parser.add_argument(
+        "--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+        help="environment variable holding the API key, sent as a Bearer token (default OPENAI_API_KEY)",
+    )  # fmt: skip
+    parser.add_argument("--endpoint", default="chat", choices=["chat", "completions"],
+                        help="chat: /v1/chat/completions (default), completions: /v1/completions")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="seconds each request (each read of a stream) may take (default 60)")  # fmt: skip
+    parser.add_argument("--wait-ready", action="store_true",
+                        help="first poll until the server answers a completion; report the time (cold start)")  # fmt: skip
+    parser.add_argument("--ready-timeout", type=float, default=None, metavar="S",
+                        help="with --wait-ready: seconds to wait at most (default 600)")  # fmt: skip
+    parser.add_argument("--metrics-url", default=None, metavar="URL",
+                        help="Prometheus metrics of the server (default URL/metrics)")  # fmt: skip
+    parser.add_argument("--running-metric", default=None, metavar="NAME",
+                        help="running-requests gauge (default: vllm:num_requests_running, "
+                        "llmload_sim_requests_running, ..., the first present)")  # fmt: skip
+    parser.add_argument("--release-timeout", type=float, default=5.0, metavar="S",
+                        help="seconds the gauge may take to return to its baseline after a cancel (default 5)")  # fmt: skip
+    parser.add_argument("--bad-input-words", type=int, default=None, metavar="N",
+                        help="words in the over-long prompt (default: max_model_len + 64, else 200000)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def _base_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(
+            f"URL {url!r} is not an http(s) URL; give the server's base URL, e.g. http://127.0.0.1:8000"
+        )
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        raise UsageError(f"URL {url!r} has an invalid port") from None
+    base = url.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise UsageError(f"--{name} must be > 0, not {value}")
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from infra.check import CheckConfig
+
+    url = _base_url(args.url)
+    if not args.api_key_env.replace("_", "").isalnum():
+        raise UsageError(f"--api-key-env {args.api_key_env!r} must be an environment variable name")
+    if args.ready_timeout is not None and not args.wait_ready:
+        raise UsageError("--ready-timeout needs --wait-ready")
+    for name in ("timeout", "ready_timeout", "release_timeout"):
+        _positive(name.replace("_", "-"), getattr(args, name))
+    if args.bad_input_words is not None and args.bad_input_words < 1:
+        raise UsageError(f"--bad-input-words must be >= 1, not {args.bad_input_words}")
+    if args.metrics_url is not None:
+        _base_url(args.metrics_url)
+    return CheckConfig(
+        url=url,
+        model=args.model or None,
+        api_key=os.environ.get(args.api_key_env) or None,
+        endpoint=args.endpoint,
+        timeout=args.timeout,
+        wait_ready=args.wait_ready,
+        ready_timeout=args.ready_timeout or 600.0,
+        metrics_url=args.metrics_url,
+        running_metric=args.running_metric or None,
+        release_timeout=args.release_timeout,
+        bad_input_words=args.bad_input_words,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from infra.check import render_json, render_text, run_checks
+
+    report = run_checks(build_config(args))
+    print(render_json(report) if args.json else render_text(report), end="")
+    return 0 if report.ok else EXIT_FAILED
