@@ -1,0 +1,62 @@
+"""`llmload campaign CONFIG`: run the campaign a YAML/TOML file describes, then report it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_SLO_FAILED = 3
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "campaign",
+        help="run a load campaign described by a YAML or TOML file, then report it",
+        description=(
+            "Validate the campaign file (docs/campaign-config.md), start a Locust master and "
+            "its local workers (or wait for external ones), run every workload in turn, and "
+            "write one report per run. Exit 2 on an invalid file (nothing started), 3 when "
+            "fail_on_slo is set and a step misses the SLO."
+        ),
+    )
+    parser.add_argument("config", metavar="CONFIG", type=Path, help="campaign file (.yaml, .toml)")
+    parser.add_argument(
+        "--out", metavar="DIR", type=Path, default=None,
+        help="reports go to DIR/<run_id>/ (default: the file's report_dir)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--validate", action="store_true", help="only check the file, start nothing"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from infra.campaign import load_campaign, run_campaign
+    from infra.campaign.procs import sigterm_interrupts
+    from infra.campaign.report import describe, failing_steps
+
+    campaign = load_campaign(args.config)
+    if args.validate:
+        names = ", ".join(w.name for w in campaign.workload)
+        print(f"{args.config}: valid ({len(campaign.workload)} workload(s): {names})")
+        return 0
+    out_root = args.out or Path(campaign.report_dir)
+    with sigterm_interrupts():
+        results = run_campaign(campaign, out_root, echo=_echo)
+    failed = []
+    for result in results:
+        for warning in result.report.warnings:
+            print(f"llmload: warning: {warning}", file=sys.stderr)
+        print(describe(result.report, label=f"workload {result.workload.name}: "), flush=True)
+        if result.report.slo_failed:
+            failed.append(f"{result.run_id} (step(s) {', '.join(failing_steps(result.report))})")
+    if campaign.fail_on_slo and failed:
+        print(f"llmload: SLO failed in {'; '.join(failed)}", file=sys.stderr)
+        return EXIT_SLO_FAILED
+    return 0
+
+
+def _echo(line: str) -> None:
+    print(f"llmload campaign: {line}", flush=True)
