@@ -5,7 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.llmload-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-min lint format demo bench clean
+ENGINE_VENV  := .venv-engine
+ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
+
+.PHONY: setup test test-min test-engine lint format demo bench clean
 
 setup: $(STAMP)
 
@@ -25,6 +28,16 @@ test-min:
 	.venv-min/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	.venv-min/bin/python -m pytest -p no:cacheprovider tests/unit -q
 
+# The real-engine suite: transformers serve (CPU torch, its own venv) with a tiny local model.
+$(ENGINE_STAMP): pyproject.toml requirements-engine.txt
+	@test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-engine.txt)
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -r requirements-engine.txt
+	@touch $(ENGINE_STAMP)
+
+test-engine: setup $(ENGINE_STAMP)
+	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine -q $(PYTEST_ARGS)
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -39,6 +52,10 @@ demo: setup
 
 bench: setup
 	$(BIN)/python bench/bench_metrics.py
+	$(BIN)/python bench/bench_simserver.py
+	$(BIN)/python bench/bench_sink.py
+	$(BIN)/python bench/bench_report.py
+	$(BIN)/python bench/bench_chat.py
 
 clean:
-	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-min $(ENGINE_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
