@@ -17,12 +17,15 @@ prefix (no accidental prefix-cache hits) unless `shared_prefix_tokens` asks for 
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from analysis.errors import UsageError
+
+log = logging.getLogger("llmload.prompts")
 
 # Common short English words; most tokenizers encode " word" as one token.
 _WORDS_TEXT = """the of and to in is was for on are with as be at by this had not but from or have
@@ -133,6 +136,7 @@ class PromptBuilder:
         self._rng = rng
         self.calibration = Calibration()
         self.shared_prefix = rng.choices(words, k=shared_prefix_tokens)
+        self._warned_short = False
 
     def words(self, n_words: int, rng: random.Random) -> str:
         """`n_words` words starting at a random place (plus the shared prefix, if any)."""
@@ -148,7 +152,15 @@ class PromptBuilder:
 
     def build(self, tokens: int, rng: random.Random) -> str:
         """A prompt the server should count as `tokens` prompt tokens."""
-        return self.words(self.calibration.words_for(tokens), rng)
+        cal = self.calibration
+        if tokens < cal.overhead + cal.per_word and not self._warned_short:
+            self._warned_short = True
+            log.warning(
+                "llmload: a prompt of %d tokens is shorter than the server's template adds "
+                "(%.0f tokens) plus one word: such prompts are sent with one word and come out "
+                "longer (requested and actual lengths are both recorded)", tokens, cal.overhead,
+            )  # fmt: skip
+        return self.words(cal.words_for(tokens), rng)
 
     def calibrate(
         self, probe: Callable[[str], int | None], small: int = 16, large: int = 272

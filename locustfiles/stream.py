@@ -41,7 +41,7 @@ def _error_text(err: Any) -> str:
 class StreamState:
     """Accumulates one streamed response into `record`."""
 
-    __slots__ = ("chat", "counter", "done", "finish_reason", "record", "usage_tokens")
+    __slots__ = ("chat", "counter", "done", "finish_reason", "finish_t", "record", "usage_tokens")
 
     def __init__(self, record: RequestRecord, chat: bool, counter: TokenCounter | None) -> None:
         self.record = record
@@ -50,6 +50,7 @@ class StreamState:
         self.done = False  # saw [DONE]
         self.finish_reason: str | None = None
         self.usage_tokens = 0  # completion_tokens seen so far in usage
+        self.finish_t: int | None = None  # arrival of the event that carried the finish reason
 
     @property
     def output_events(self) -> int:
@@ -107,15 +108,18 @@ class StreamState:
             ) from None
         if finish:
             self.finish_reason = finish
+            self.finish_t = t
         if not (content or reasoning):
+            if usage_delta and rec.output_tokens_source == "usage":  # continuous usage only
+                self._textless(usage_delta, t)  # e.g. the end-of-sequence token, in usage only
             return
         if rec.first_token_ns is None:
             rec.first_token_ns = t
         if content and rec.first_content_ns is None:
             rec.first_content_ns = t
         rec.last_token_ns = t
-        if usage_delta is not None:
-            tokens = usage_delta
+        if usage_delta is not None and rec.output_tokens_source in (None, "usage"):
+            tokens = usage_delta  # continuous usage: exact (a usage only at the end is not)
             if rec.output_tokens_source != "usage":
                 rec.note_source("usage")
         elif self.counter is not None:
@@ -129,13 +133,37 @@ class StreamState:
         rec.chunk_chars.append(len(content) + len(reasoning))
         rec.chunk_kinds.append("content" if content else "reasoning")
 
+    def _textless(self, tokens: int, t: int) -> None:
+        """Tokens the server counted but sent no text for: a chunk row with 0 characters."""
+        rec = self.record
+        rec.chunk_offsets.append(t)
+        rec.chunk_tokens.append(tokens)
+        rec.chunk_chars.append(0)
+        rec.chunk_kinds.append("content")
+        rec.last_token_ns = t
+
     def on_end(self) -> None:
-        """The body ended: complete only after a finish reason or [DONE]."""
+        """The body ended: complete only after a finish reason or [DONE].
+
+        Tokens in the server's final `usage` but in no event (an end-of-sequence token has no
+        text) are placed at the finish event, when per-event counts are exact (usage or
+        tokenizer): so the events' tokens add up to `output_tokens` and TPOT and mean ITL
+        stay equal. With 1-per-event counts the remainder cannot be placed and is left out.
+        """
         if self.finish_reason is None and not self.done:
             raise StreamFailure(
                 "stream_truncated",
                 f"stream ended without a finish reason after {self.output_events} output events",
             )
+        rec = self.record
+        if (
+            rec.completion_tokens is not None
+            and rec.first_token_ns is not None
+            and rec.output_tokens_source in ("usage", "tokenizer")
+        ):
+            remainder = rec.completion_tokens - sum(rec.chunk_tokens)
+            if remainder > 0:
+                self._textless(remainder, max(self.finish_t or 0, rec.chunk_offsets[-1]))
 
 
 def parse_body(

@@ -158,12 +158,16 @@ class WorkerContext:
                 status,
             )
         if self.options.continuous_usage == "auto" and self.options.stream:
-            body = self.body(tiny, None, 2, stream=True, probe=True)
+            # on only if the server really puts usage in every event (some ignore the field)
+            body = self.body(tiny, None, 4, stream=True, probe=True)
             body["stream_options"]["continuous_usage_stats"] = True
-            status, _ = self._post(pool, body)
-            self.continuous_usage = status == 200
-            log.info("llmload: continuous usage %s (probe: HTTP %d)",
-                     "on" if self.continuous_usage else "off", status)  # fmt: skip
+            rec = RequestRecord("probe-" + uuid.uuid4().hex, -1, 1, False, "probe",
+                                self.options.endpoint, self.model, True, None, 4, "")  # fmt: skip
+            execute(pool, self.url, body, self.headers(rec.request_id), rec, self.limits)
+            self.continuous_usage = rec.status == "ok" and rec.output_tokens_source == "usage"
+            log.info("llmload: continuous usage %s (probe: HTTP %s, token counts from %s)",
+                     "on" if self.continuous_usage else "off", rec.http_status,
+                     rec.output_tokens_source)  # fmt: skip
 
         def prompt_tokens(text: str) -> int | None:
             status, doc = self._post(pool, self.body(text, None, 1, stream=False, probe=True))

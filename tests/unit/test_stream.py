@@ -109,3 +109,48 @@ def test_non_streaming_body_sets_ttft_to_e2e_and_no_tpot() -> None:
     rec.finish()
     assert rec.first_token_ns == 500 and rec.last_token_ns is None
     assert rec.output_tokens == 7 and rec.chunk_offsets == []
+
+
+def test_tokens_without_text_are_placed_at_the_event_that_reported_them() -> None:
+    # continuous usage: the finish event reports one more token (end of sequence) and no text
+    rec = record()
+    state = StreamState(rec, chat=True, counter=None)
+    state.on_event(chunk(content="a b", usage={"completion_tokens": 2}), 10)
+    state.on_event(chunk(finish="stop", usage={"completion_tokens": 3}), 30)
+    state.on_end()
+    rec.finish()
+    assert (
+        rec.chunk_tokens == [2, 1] and rec.chunk_chars == [3, 0] and rec.chunk_offsets == [10, 30]
+    )
+    assert rec.last_token_ns == 30 and rec.output_tokens == 3
+
+
+def test_final_usage_remainder_goes_to_the_finish_event_only_when_counts_are_exact() -> None:
+    counter = TokenCounter(lambda text: text.split(), "words")
+    final_usage = json.dumps({"choices": [], "usage": {"completion_tokens": 4}}).encode()
+    rec = record()
+    state = StreamState(rec, chat=True, counter=counter)
+    state.on_event(chunk(content="a b c"), 10)
+    state.on_event(chunk(finish="stop"), 20)
+    state.on_event(final_usage, 25)
+    state.on_end()
+    assert rec.chunk_tokens == [3, 1] and rec.chunk_offsets == [10, 20]
+    # one token per event: the remainder's arrival is unknown, so nothing is invented
+    rec2 = record()
+    state2 = StreamState(rec2, chat=True, counter=None)
+    state2.on_event(chunk(content="a b c"), 10)
+    state2.on_event(chunk(finish="stop"), 20)
+    state2.on_event(final_usage, 25)
+    state2.on_end()
+    rec2.finish()
+    assert rec2.chunk_tokens == [1] and rec2.output_tokens == 4
+
+
+def test_usage_only_at_the_end_is_not_mistaken_for_textless_tokens() -> None:
+    counter = TokenCounter(lambda text: text.split(), "words")
+    rec = record()
+    state = StreamState(rec, chat=True, counter=counter)
+    state.on_event(chunk(content="a b"), 10)
+    state.on_event(chunk(content="c", finish="stop", usage={"completion_tokens": 3}), 20)
+    state.on_end()
+    assert rec.chunk_tokens == [2, 1]
