@@ -1,0 +1,94 @@
+"""The chat user from Locust's web UI, driven in headless Chromium (Debian's, via Playwright)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.support.chat import BIN, LOCUSTFILE, start_sim
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_run_started_from_the_web_ui_steps_and_records_events(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    events = tmp_path / "runs"
+    port = free_port()
+    with start_sim(tmp_path / "sim") as sim:
+        log = (tmp_path / "locust.log").open("w")
+        locust = subprocess.Popen(
+            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--host", sim.url, "--web-host", "127.0.0.1",
+             "--web-port", str(port), "--events-uri", str(events), "--cold-requests", "1",
+             "--spool-dir", str(tmp_path / "spool")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_http(f"http://127.0.0.1:{port}/")
+            errors: list[str] = []
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+                page = browser.new_page()
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                page.goto(f"http://127.0.0.1:{port}/")
+                # llmload's options are in the form; set the staircase there.
+                page.get_by_text("Custom parameters").click()
+                page.fill("input[name=steps]", "1,2")
+                page.fill("input[name=stepDuration]", "2")
+                page.fill("input[name=stepWarmup]", "0.5")
+                page.fill("input[name=workload]", "D(12,8)")
+                page.get_by_role("button", name="START").click()
+                manifest = None
+                deadline = time.monotonic() + 40
+                while time.monotonic() < deadline:
+                    found = list(events.glob("*/manifest.json"))
+                    if found:
+                        manifest = json.loads(found[0].read_text())
+                        if manifest["status"] != "running":
+                            break
+                    time.sleep(0.2)
+                page.wait_for_timeout(1500)  # the UI's stats poll
+                stats_text = page.inner_text("body")
+                browser.close()
+        finally:
+            locust.send_signal(signal.SIGINT)
+            locust.wait(20)
+            log.close()
+        truth = sim.truth()
+    assert errors == []
+    assert manifest is not None and manifest["status"] == "finished", (
+        tmp_path / "locust.log"
+    ).read_text()[-3000:]
+    assert [s["concurrency"] for s in manifest["steps"]] == [1, 2]
+    assert manifest["config"]["workload"] == "D(12,8)"
+    run = events / manifest["run_id"]
+    import pyarrow.parquet as pq
+
+    requests = pq.read_table(run / "requests").to_pandas()
+    assert set(requests["request_id"]) == set(truth) and len(truth) > 10
+    assert set(requests["step"]) == {-1, 0, 1}
+    assert "D(12,8)" in stats_text  # Locust's stats table shows the scenario, once per request
