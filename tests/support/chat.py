@@ -97,7 +97,8 @@ class LocustResult:
             files = sorted((run / table).rglob("*.parquet")) if (run / table).exists() else []
             if not files:
                 return pd.DataFrame()
-            return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+            tables = [pq.read_table(f, partitioning=None).to_pandas() for f in files]
+            return pd.concat(tables, ignore_index=True)
 
         return read("requests"), read("chunks"), manifest
 

@@ -77,7 +77,8 @@ def feed(sink: EventSink, start: int, count: int, events: int = 10) -> None:
 def read_rows(root: Path, table: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for path in sorted((root / RUN_ID / table).rglob("*.parquet")):
-        rows += pq.read_table(path).to_pylist()
+        # partitioning=None: no `worker` column made from the path (older pyarrow adds one)
+        rows += pq.read_table(path, partitioning=None).to_pylist()
     return rows
 
 
