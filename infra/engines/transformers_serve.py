@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,15 +43,10 @@ from pathlib import Path
 from types import TracebackType
 
 from infra.engines.tiny_llama import OFFLINE_ENV
+from infra.ports import free_port
 
 CB_NUM_BLOCKS = 256
 _ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def transformers_executable() -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from infra.cli import main
+from infra.ports import free_port
 from tests.support.sim import SimFactory
 
 
@@ -21,12 +21,6 @@ def check(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int
 
 def by_name(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in result["checks"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_every_check_passes_against_the_simulator(

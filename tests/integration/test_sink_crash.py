@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from infra.cli import main
-from infra.store import free_ports
+from infra.ports import free_ports
 from tests.support.events import RUN_ID, request_id
 from tests.support.store import S3Target
 

@@ -21,6 +21,8 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from infra.ports import free_port
+
 ROOT = Path(__file__).parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "chat.py"
 BIN = Path(sys.executable).parent
@@ -103,14 +105,6 @@ class LocustResult:
         return read("requests"), read("chunks"), manifest
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_locust(
     host: str,
     events_dir: Path,
@@ -125,7 +119,7 @@ def run_locust(
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     procs: list[subprocess.Popen[str]] = []
     if workers:
-        port = _free_port()
+        port = free_port()
         base += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                  "--expect-workers", str(workers), "--expect-workers-max-wait", "30"]  # fmt: skip
         for _ in range(workers):
