@@ -120,6 +120,8 @@ def test_every_failure_kind_is_recorded_with_its_cause(tmp_path: Path) -> None:
     rows = requests.set_index("request_id")
     for rid, t in truth.items():
         row = rows.loc[rid]
+        if row["error_kind"] == "aborted":  # in flight at the end: the answer was never read
+            continue
         if t["outcome"] == "rejected":
             expected = {400: "http_4xx_input", 429: "queue_rejected", 500: "http_5xx"}[t["status"]]
             assert row["error_kind"] == expected and row["http_status"] == t["status"], (rid, t)
@@ -131,8 +133,6 @@ def test_every_failure_kind_is_recorded_with_its_cause(tmp_path: Path) -> None:
             continue
         if row["error_kind"] == "cancelled":
             assert row["status"] == "cancelled"
-            continue
-        if row["error_kind"] == "aborted":
             continue
         assert row["error_kind"] in {KIND_OF_FAULT[f] for f in faults}, (rid, row["error_kind"], t)
         assert row["error_detail"]
