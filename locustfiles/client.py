@@ -110,7 +110,7 @@ def execute(
     resp: Any = None
     watch = Watch(limits)
     payload = _dumps(body).encode()
-    hdrs = {"Content-Type": "application/json", **headers}
+    hdrs = {"Content-Type": "application/json", "Accept-Encoding": "identity", **headers}
     timeout = urllib3.Timeout(
         connect=limits.connect_timeout, read=limits.headers_timeout(record.stream)
     )
