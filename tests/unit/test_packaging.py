@@ -37,3 +37,13 @@ def test_unknown_subcommand_is_one_line_and_exit_2() -> None:
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert "invalid choice" in out.stderr
+
+
+def test_every_command_is_documented_in_the_readme() -> None:
+    from infra.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in sub.choices if f"`llmload {name}" not in readme]
+    assert missing == []
