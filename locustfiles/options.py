@@ -49,7 +49,7 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
     _opt("--ttft-timeout", type=float, default=0.0,
          help="seconds to wait for the first token (0: only the request timeout)"),
     _opt("--stall-timeout", type=float, default=60.0,
-         help="seconds without any byte during a stream before it counts as stalled"),
+         help="seconds without any byte after the first token before a stream counts as stalled"),
     _opt("--connect-timeout", type=float, default=10.0, help="seconds to open a connection"),
     _opt("--tokenizer", default="",
          help="tokenizer directory, tokenizer.json or name: exact prompt lengths, token counts"),

@@ -52,7 +52,13 @@ class Watch:
             return "total_timeout"
         if self.waiting_first and lim.ttft_timeout and now - self.t0 > lim.ttft_timeout * 1e9:
             return "ttft_timeout"
-        if lim.stall_timeout and now - self.last > lim.stall_timeout * 1e9:
+        # stalls count once tokens flow: before the first one, queueing and prefill are
+        # the TTFT timeout's business (and the request timeout's)
+        if (
+            not self.waiting_first
+            and lim.stall_timeout
+            and now - self.last > lim.stall_timeout * 1e9
+        ):
             return "stall_timeout"
         return None
 
