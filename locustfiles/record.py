@@ -64,6 +64,8 @@ class RequestRecord:
         """Settle totals once the request is over."""
         if self.completion_tokens is not None:
             self.output_tokens = self.completion_tokens
+            if self.output_tokens_source is None:  # no event carried text: usage is the count
+                self.output_tokens_source = "usage"
         elif self.chunk_tokens:
             self.output_tokens = sum(self.chunk_tokens)
         elif self.status == "ok" and self.output_tokens_source is None and self.stream:
