@@ -176,27 +176,11 @@ class RunCoordinator:
                     len(missing),
                     sorted(missing),
                 )
-        status = "finished" if self.staircase.index is not None and self._completed() else "aborted"
+        status = "finished" if self.staircase.completed else "aborted"
         self.manifest.finish(status)
         self._write()
         self.finished_at = time.time_ns()
         return self.manifest.to_dict()
-
-    def _completed(self) -> bool:
-        timeline = self.staircase.timeline
-        return (
-            len(timeline) == len(self.options.steps)
-            and all(
-                s["ended_at_ns"] is not None and s["spawned_at_ns"] is not None for s in timeline
-            )
-            and self._steps_ran_full()
-        )
-
-    def _steps_ran_full(self) -> bool:
-        last = self.staircase.timeline[-1]
-        return bool(
-            last["ended_at_ns"] - last["spawned_at_ns"] >= self.staircase.duration_ns * 0.99
-        )
 
     # -- manifest ----------------------------------------------------------------------
     def _write(self) -> None:

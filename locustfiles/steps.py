@@ -65,6 +65,7 @@ class Staircase:
         self._finished_requests = finished_requests
         self.index: int | None = None  # COLD_STEP, 0.., or None before the start
         self.done = False
+        self.completed = False  # every step ran its full duration
         self.started_at_ns = 0
         self.spawned_at_ns: int | None = None
         self.timeline: list[dict[str, Any]] = []  # actual steps, manifest format
@@ -142,15 +143,13 @@ class Staircase:
                 log.warning(
                     "llmload: step %d never reported spawning complete; timing from now", self.index
                 )
-                self.on_spawned(self.target)
-                self.spawned_at_ns = self.spawned_at_ns or now
-                self.timeline[-1]["spawned_at_ns"] = self.spawned_at_ns
+                self.on_spawned(self.target)  # records spawned_at_ns in the timeline too
             if self.spawned_at_ns is not None and now - self.spawned_at_ns >= self.duration_ns:
                 self._end_current()
                 if self.index + 1 < len(self.steps):
                     self._begin(self.index + 1)
                 else:
-                    self.done = True
+                    self.done = self.completed = True
                     return None
         return self.target, SPAWN_RATE
 
