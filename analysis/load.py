@@ -28,6 +28,8 @@ from analysis.schema import (
     CHUNKS_SCHEMA,
     MANIFEST_NAME,
     REQUESTS_SCHEMA,
+    SAMPLES_SCHEMA,
+    STALLS_SCHEMA,
     check_version,
     version_of,
 )
@@ -55,13 +57,20 @@ REQUEST_COLUMNS: Final = (
     "max_tokens",
     "prompt_tokens",
     "output_tokens",
+    "output_tokens_source",
+    "coalesced_events",
+    "worker_stall_ns",
 )
 """Columns of `requests` parts that analysis reads (the rest stay on disk)."""
 
 CHUNK_COLUMNS: Final = ("request_id", "seq", "offset_ns", "tokens")
 """Columns of `chunks` parts that analysis reads."""
 
-_PART_RE = re.compile(r"^(requests|chunks)/worker=([^/]+)/part-\d+\.parquet$")
+SAMPLE_COLUMNS: Final = ("worker_id", "at_ns", "interval_ns", "cpu_percent", "loop_lag_us")
+STALL_COLUMNS: Final = ("worker_id", "started_at_ns", "length_ns")
+"""Columns of the workers' own measurements (`samples`, `stalls`; schema 1.1)."""
+
+_PART_RE = re.compile(r"^(requests|chunks|samples|stalls)/worker=([^/]+)/part-\d+\.parquet$")
 _INDEX_RE = re.compile(r"^index/worker=([^/]+)\.json$")
 _READ_THREADS = 8
 _MAX_NAMED = 10
@@ -84,11 +93,17 @@ class Completeness:
     parts_found: int = 0
     parts_read: int = 0
     rows_expected: dict[str, int] = field(default_factory=dict)
-    rows_read: dict[str, int] = field(default_factory=lambda: {"requests": 0, "chunks": 0})
+    rows_read: dict[str, int] = field(
+        default_factory=lambda: {"requests": 0, "chunks": 0, "samples": 0, "stalls": 0}
+    )
     missing_parts: list[str] = field(default_factory=list)
     corrupt_parts: dict[str, str] = field(default_factory=dict)  # key -> reason
     unindexed_parts: list[str] = field(default_factory=list)
     row_mismatches: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (exp, read)
+    # what the workers' sinks reported losing (manifest `workers[]`): worker -> rows, messages
+    rows_rejected: dict[str, int] = field(default_factory=dict)  # bad rows refused at encoding
+    rows_dropped: dict[str, int] = field(default_factory=dict)  # rows appended after close
+    sink_errors: dict[str, list[str]] = field(default_factory=dict)  # first messages
 
     @property
     def workers_missing(self) -> list[str]:
@@ -102,6 +117,8 @@ class Completeness:
             or self.row_mismatches
             or self.workers_missing
             or self.workers_without_final_index
+            or self.rows_rejected
+            or self.rows_dropped
         )
 
     def warnings(self) -> list[str]:
@@ -130,7 +147,29 @@ class Completeness:
                 f"{len(self.workers_without_final_index)} worker(s) have no final index, so "
                 f"their parts cannot be checked: {_names(self.workers_without_final_index)}"
             )
+        for worker, rows in self.rows_rejected.items():
+            reasons = self.sink_errors.get(worker) or ["no reason recorded"]
+            out.append(f"worker {worker}'s event sink rejected {rows} row(s): {reasons[0]}")
+        for worker, rows in self.rows_dropped.items():
+            out.append(
+                f"worker {worker}'s event sink dropped {rows} row(s) appended after it closed"
+            )
         return out
+
+    def note_sinks(self, workers: list[Any]) -> None:
+        """Take the rows each worker's sink rejected or dropped from the manifest's workers."""
+        for worker in workers:
+            if not isinstance(worker, dict) or not worker.get("worker_id"):
+                continue
+            name = str(worker["worker_id"])
+            lost = {"rows_rejected": self.rows_rejected, "rows_dropped": self.rows_dropped}
+            for key, counts in lost.items():
+                value = worker.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    counts[name] = value
+            errors = worker.get("sink_errors")
+            if isinstance(errors, list) and errors:
+                self.sink_errors[name] = [str(e) for e in errors]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -148,6 +187,9 @@ class Completeness:
             "corrupt_parts": self.corrupt_parts,
             "unindexed_parts": self.unindexed_parts,
             "row_mismatches": {k: list(v) for k, v in self.row_mismatches.items()},
+            "rows_rejected": self.rows_rejected,
+            "rows_dropped": self.rows_dropped,
+            "sink_errors": self.sink_errors,
         }
 
 
@@ -163,6 +205,8 @@ class RunData:
     completeness: Completeness
     warnings: list[str]
     server_metrics: ServerMetrics | None = None  # the target's /metrics, when it had one
+    samples: pd.DataFrame | None = None  # workers' CPU% and loop lag (schema 1.1)
+    stalls: pd.DataFrame | None = None  # workers' event-loop stalls (schema 1.1)
 
 
 class Progress:
@@ -273,6 +317,7 @@ def load_run(
     comp = Completeness()
     manifest_workers = [str(w.get("worker_id")) for w in manifest.get("workers") or []]
     comp.workers_expected = sorted(set(manifest_workers) | set(indexes))
+    comp.note_sinks(manifest.get("workers") or [])
     comp.workers_found = sorted({_PART_RE.match(k).group(2) for k in parts})  # type: ignore[union-attr]
     expected_rows: dict[str, int] = {}
     for worker in sorted(set(comp.workers_expected) | set(comp.workers_found)):
@@ -291,14 +336,14 @@ def load_run(
         for k in found - set(expected_rows)
         if _PART_RE.match(k).group(2) in indexes  # type: ignore[union-attr]
     )
-    comp.rows_expected = {
-        t: sum(r for k, r in expected_rows.items() if k.startswith(f"{t}/"))
-        for t in ("requests", "chunks")
-    }
-
     schemas = {
         "requests": (REQUESTS_SCHEMA, REQUEST_COLUMNS),
         "chunks": (CHUNKS_SCHEMA, CHUNK_COLUMNS),
+        "samples": (SAMPLES_SCHEMA, SAMPLE_COLUMNS),
+        "stalls": (STALLS_SCHEMA, STALL_COLUMNS),
+    }
+    comp.rows_expected = {
+        t: sum(r for k, r in expected_rows.items() if k.startswith(f"{t}/")) for t in schemas
     }
 
     def read(key: str) -> tuple[str, pa.Table | None, str]:
@@ -312,7 +357,7 @@ def load_run(
             return key, None, reason
 
     bar = Progress(len(parts), f"reading {run_id}", progress_stream) if progress else None
-    tables: dict[str, list[pa.Table]] = {"requests": [], "chunks": []}
+    tables: dict[str, list[pa.Table]] = {t: [] for t in schemas}
     with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
         for key, table, reason in pool.map(read, parts):
             if bar:
@@ -331,10 +376,14 @@ def load_run(
 
     requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
     chunks = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)
+    samples = _to_pandas(tables.pop("samples"), SAMPLES_SCHEMA, SAMPLE_COLUMNS)
+    stalls = _to_pandas(tables.pop("stalls"), STALLS_SCHEMA, STALL_COLUMNS)
     if not isinstance(chunks["request_id"].dtype, pd.CategoricalDtype):
         chunks["request_id"] = chunks["request_id"].astype("category")
     warnings.extend(comp.warnings())
     server_metrics = read_server_metrics(store, keys)
     if server_metrics is not None:
         warnings.extend(server_metrics.warnings)
-    return RunData(run_uri, run_id, manifest, requests, chunks, comp, warnings, server_metrics)
+    return RunData(
+        run_uri, run_id, manifest, requests, chunks, comp, warnings, server_metrics, samples, stalls
+    )

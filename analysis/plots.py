@@ -14,6 +14,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from analysis.clocks import aligned_sent_ns
 from analysis.steps import CURVE_QUANTILES
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def latency_distributions(report: Report) -> Plot:
 def timeline(report: Report) -> Plot:
     """Requests in flight and errors over wall-clock time, steady windows shaded."""
     per = report.per_request
-    sent = per["sent_at_ns"].to_numpy(np.int64)
+    sent = aligned_sent_ns(per, report.manifest)  # master clock, like the windows
     done = report.table.done_ns
     fig = Figure(figsize=(12, 4), layout="constrained")
     ax = fig.subplots()
@@ -199,7 +200,7 @@ def server_metrics(report: Report) -> Plot | None:
     frame = scraped.frame
     at = frame["scraped_at_ns"].to_numpy(np.int64)
     per = report.per_request
-    sent = per["sent_at_ns"].to_numpy(np.int64)
+    sent = aligned_sent_ns(per, report.manifest)  # master clock, like the windows
     ttft = per["ttft_s"].to_numpy(float) * 1000
     t0 = int(min(at.min(), sent.min())) if len(sent) else int(at.min())
     fig = Figure(figsize=(12, 7), layout="constrained")

@@ -135,13 +135,19 @@ def completeness_lines(report: Report) -> list[str]:
         if present is not None
         else f"{len(c.workers_found)} (no worker list recorded)"
     )
-    return [
+    lines = [
         f"complete: {'yes' if c.complete else 'NO'}",
         f"parts: {c.parts_read} read of {c.parts_found} found{expected}; "
         f"{len(c.missing_parts)} missing, {len(c.corrupt_parts)} unreadable",
         f"rows read: {rows}",
         f"workers with parts: {workers}",
     ]
+    for worker, lost in c.rows_rejected.items():
+        reason = (c.sink_errors.get(worker) or ["no reason recorded"])[0]
+        lines.append(f"rows rejected by worker {worker}'s event sink: {lost:,} ({reason})")
+    for worker, lost in c.rows_dropped.items():
+        lines.append(f"rows dropped by worker {worker}'s event sink (after close): {lost:,}")
+    return lines
 
 
 def slo_lines(report: Report) -> list[str]:

@@ -20,19 +20,17 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from analysis.clocks import clock_warnings
 from analysis.load import Completeness, RunData, load_run
 from analysis.metrics import compute_request_metrics
 from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
 from analysis.steps import StepTable, aggregate_steps
 
-SUMMARY_SCHEMA_VERSION: Final = "1.0"
+SUMMARY_SCHEMA_VERSION: Final = "1.1"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
 
 SUMMARY_KIND: Final = "llmload.summary"
-
-CPU_SATURATED_PERCENT: Final = 80.0
-"""Client CPU above this (when the manifest records it) earns a warning."""
 
 _RUN_FIELDS = ("run_id", "status", "created_at", "ended_at", "target", "versions", "hosts")
 _RUN_FIELDS_MORE = ("workers", "config", "cold_start", "steps", "hardware")
@@ -120,24 +118,13 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _cpu_warnings(manifest: dict[str, Any]) -> list[str]:
-    out = []
-    for worker in manifest.get("workers") or []:
-        cpu = worker.get("cpu_percent_max") if isinstance(worker, dict) else None
-        if isinstance(cpu, int | float) and cpu > CPU_SATURATED_PERCENT:
-            out.append(
-                f"worker {worker.get('worker_id')} reached {cpu:.0f}% CPU: the client may have "
-                "been saturated and its timings inflated; add workers"
-            )
-    return out
-
-
 def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
     """Compute the per-request metrics and the per-step summary of a loaded run."""
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     metrics = compute_request_metrics(run.requests, run.chunks)
     table = aggregate_steps(run, metrics, slo)
-    warnings = [*run.warnings, *table.warnings, *_cpu_warnings(run.manifest)]
+    warnings = [*run.warnings, *table.warnings]
+    warnings.extend(clock_warnings(run.manifest))
     if run.requests.empty:
         warnings.append("the run holds no request rows: there is nothing to summarise")
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from analysis.errors import SchemaVersionError
 
-SCHEMA_VERSION: Final = "1.0"
+SCHEMA_VERSION: Final = "1.1"
 """major.minor: readers accept any minor of a major they know and refuse other majors."""
 
 SUPPORTED_MAJORS: Final = frozenset({1})
@@ -38,6 +38,9 @@ ERROR_KINDS: Final = (
     "stream_truncated",  # the stream ended before a finish reason / [DONE]
     "cancelled",  # the client cancelled on purpose (--cancel-rate)
     "aborted",  # in flight when the run stopped
+    "http_3xx",  # a redirect (llmload does not follow redirects)
+    "http_unexpected_status",  # any other status that is not 200 (201, 204, 1xx...)
+    "client_error",  # a bug in llmload while handling the request: recorded, never raised
 )
 
 _KEYS = [
@@ -82,6 +85,9 @@ REQUESTS_SCHEMA: Final = _with_version(
         pa.field("events", pa.int32(), nullable=False),
         pa.field("cold", pa.bool_(), nullable=False),
         pa.field("server_request_id", pa.string()),
+        # 1.1: how far the worker's own delays may have touched this request
+        pa.field("coalesced_events", pa.int32()),
+        pa.field("worker_stall_ns", pa.int64()),
     ]
 )
 
@@ -96,7 +102,34 @@ CHUNKS_SCHEMA: Final = _with_version(
     ]
 )
 
-TABLES: Final = {"requests": REQUESTS_SCHEMA, "chunks": CHUNKS_SCHEMA}
+SAMPLES_SCHEMA: Final = _with_version(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("worker_id", pa.string(), nullable=False),
+        pa.field("at_ns", pa.int64(), nullable=False),
+        pa.field("interval_ns", pa.int64(), nullable=False),
+        pa.field("cpu_percent", pa.float64(), nullable=False),
+        pa.field("loop_lag_us", pa.list_(pa.int32()), nullable=False),
+    ]
+)
+"""1.1: one row per worker and second: the worker's CPU% and every loop-lag probe."""
+
+STALLS_SCHEMA: Final = _with_version(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("worker_id", pa.string(), nullable=False),
+        pa.field("started_at_ns", pa.int64(), nullable=False),
+        pa.field("length_ns", pa.int64(), nullable=False),
+    ]
+)
+"""1.1: one row per stall of a worker's event loop (a lag of 5 ms or more)."""
+
+TABLES: Final = {
+    "requests": REQUESTS_SCHEMA,
+    "chunks": CHUNKS_SCHEMA,
+    "samples": SAMPLES_SCHEMA,
+    "stalls": STALLS_SCHEMA,
+}
 
 MANIFEST_NAME: Final = "manifest.json"
 

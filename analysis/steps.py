@@ -23,12 +23,14 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
 from analysis.metrics import RequestMetrics, Samples, chunk_request_index
 from analysis.schema import ERROR_KINDS
 from analysis.slo import Slo
 from analysis.stats import DistributionSummary, SortedSamples
 from analysis.windows import Window, plan_steps, request_span
+from analysis.workers import WorkerHealth
 
 LATENCY_METRICS: Final = ("ttft", "tpot", "itl", "icl", "e2e")
 """Metrics summarised per step; each gets `<metric>_<stat>_s` columns (stats.STATS)."""
@@ -68,6 +70,9 @@ PER_REQUEST_COLUMNS: Final = (
     "max_tokens",
     "chunk_count",
     "chunk_tokens",
+    "output_tokens_source",
+    "coalesced_events",
+    "worker_stall_ns",
 )
 """Columns of requests.parquet / requests.csv, in order."""
 
@@ -109,6 +114,9 @@ class _Arrays:
     chunk_request: np.ndarray
     chunk_at: np.ndarray
     chunk_tokens: np.ndarray
+    tokens_source: np.ndarray  # per request: output_tokens_source (None when unknown)
+    stall_ns: np.ndarray  # per request: worker_stall_ns, NaN when not measured
+    health: WorkerHealth
 
 
 def _float(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -123,7 +131,7 @@ def _abs_ns(sent: np.ndarray, offset: np.ndarray) -> np.ndarray:
 
 def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
     req = run.requests
-    sent = req["sent_at_ns"].to_numpy(np.int64)
+    sent = aligned_sent_ns(req, run.manifest)  # on the master's clock, like the windows
     status = req["status"].astype(str).to_numpy()
     ok = status == "ok"
     prompt = _float(req, "prompt_tokens")
@@ -144,7 +152,24 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         chunk_request=chunk_request,
         chunk_at=sent[chunk_request] + offsets,
         chunk_tokens=run.chunks["tokens"].to_numpy(np.int64)[known],
+        tokens_source=req["output_tokens_source"].to_numpy(object)
+        if "output_tokens_source" in req
+        else np.full(len(req), None, dtype=object),
+        stall_ns=_float(req, "worker_stall_ns")
+        if "worker_stall_ns" in req
+        else np.full(len(req), np.nan),
+        health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
     )
+
+
+TOKEN_SOURCE_ORDER: Final = ("events", "tokenizer", "usage")
+"""Weakest first: a group reports the weakest per-event token count any of its requests used."""
+
+
+def weakest_source(sources: np.ndarray) -> str | None:
+    """The weakest `output_tokens_source` among `sources` (None when none is known)."""
+    present = {str(v) for v in sources if isinstance(v, str)}
+    return next((s for s in TOKEN_SOURCE_ORDER if s in present), None)
 
 
 def _mean(values: np.ndarray) -> float:
@@ -233,6 +258,11 @@ def _group_row(
     for kind in ERROR_KINDS:
         row[f"errors_{kind}"] = int((kinds == kind).sum())
     row["errors_other"] = int((~np.isin(kinds, ERROR_KINDS)).sum())
+    row["output_tokens_source"] = weakest_source(a.tokens_source[latency])
+    row["requests_per_event_tokens"] = int((latency & (a.tokens_source == "events")).sum())
+    measured = ~np.isnan(a.stall_ns)
+    stalled = int((members & measured & (a.stall_ns > 0)).sum()) if measured.any() else None
+    row.update(a.health.columns(window, stalled))
     return row
 
 
@@ -251,6 +281,20 @@ def _step_warnings(row: dict[str, Any]) -> list[str]:
     rate = row["error_rate"]
     if rate == rate and rate > HIGH_ERROR_RATE:
         out.append(f"{name}: error rate {rate:.1%} (latencies describe the survivors only)")
+    if row.get("output_tokens_source") == "events":
+        out.append(
+            f"{name}: output tokens of {row['requests_per_event_tokens']} successful request(s) "
+            "were counted one per SSE event (output_tokens_source = events: no usage in each "
+            "event, no --tokenizer), so ITL and TPOT there are per event (inter-chunk), not "
+            "per token; enable continuous usage stats on the server or give --tokenizer"
+        )
+    stalled = row.get("requests_worker_stalled")
+    if stalled:
+        out.append(
+            f"{name}: {stalled} request(s) overlapped a stall of their own worker's event loop "
+            "(worker_stall_ns > 0 in requests.csv): their event times come from the kernel, "
+            "but the worker was not measuring only the server"
+        )
     return out
 
 
@@ -263,12 +307,13 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
     """Summary rows for the cold group (when present) and every step, plus per-request flags."""
     req = run.requests
     a = _arrays(run, metrics, slo)
-    plans, warnings = plan_steps(run.manifest, req, a.done)
+    plans, warnings = plan_steps(run.manifest, req, a.done, a.sent)
     cold = req["cold"].to_numpy(bool)
     step_col = req["step"].to_numpy(np.int64)
     n = len(req)
     steady = np.zeros(n, dtype=bool)
     rows: list[dict[str, Any]] = []
+    windows: list[Window | None] = []
     curves: list[dict[str, np.ndarray]] = []
 
     if cold.any():
@@ -277,6 +322,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         if concurrency is None:
             concurrency = int(req["concurrency"].to_numpy(np.int64)[cold].max())
         window = request_span(a.sent[cold], a.done[cold], "cold")
+        windows.append(window)
         rows.append(
             _group_row(
                 a,
@@ -297,6 +343,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         tagged = not_cold & (step_col == plan.step)
         members = tagged & plan.window.contains(a.sent) if plan.window else np.zeros(n, bool)
         steady |= members
+        windows.append(plan.window)
         rows.append(
             _group_row(
                 a,
@@ -313,8 +360,10 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
             )
         )
 
-    for row in rows:
+    for row, window in zip(rows, windows, strict=True):
         warnings.extend(_step_warnings(row))
+        name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
+        warnings.extend(a.health.warnings(name, window))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)
             row["slo_pass"] = not failures

@@ -3,7 +3,8 @@
 The steady window of a step is `[spawned_at_ns + warmup_s, ended_at_ns]` (master wall clock,
 both ends included). A step the manifest does not time (hand-made runs, a step missing from
 the timeline, a step that never ended) falls back to the span of its own requests, from the
-first send to the last response end, and says so in a warning.
+first send to the last response end, and says so in a warning. Send times are placed on the
+master's clock first: each worker's measured clock offset is taken off (analysis/clocks.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from analysis.clocks import aligned_sent_ns
 
 NS_PER_S = 1_000_000_000
 
@@ -58,11 +61,16 @@ def _int(value: Any) -> int | None:
 
 
 def plan_steps(
-    manifest: dict[str, Any], requests: pd.DataFrame, done_ns: np.ndarray
+    manifest: dict[str, Any],
+    requests: pd.DataFrame,
+    done_ns: np.ndarray,
+    sent_ns: np.ndarray | None = None,
 ) -> tuple[list[StepPlan], list[str]]:
     """Every step of the run (manifest timeline and steps seen in requests), with warnings.
 
-    `done_ns` is each request's wall-clock end (`sent_at_ns + end_ns`, -1 when unknown).
+    `sent_ns` is each request's send time on the master's clock (default: `sent_at_ns`
+    corrected by its worker's clock offset, analysis/clocks.py); `done_ns` its wall-clock end
+    on the same clock (send + `end_ns`, -1 when unknown).
     """
     warnings: list[str] = []
     timeline = {}
@@ -72,7 +80,7 @@ def plan_steps(
             timeline[step] = entry
     not_cold = ~requests["cold"].to_numpy(bool)
     step_col = requests["step"].to_numpy(np.int64)
-    sent = requests["sent_at_ns"].to_numpy(np.int64)
+    sent = aligned_sent_ns(requests, manifest) if sent_ns is None else sent_ns
     seen = sorted(set(np.unique(step_col[not_cold]).tolist()))
     plans = []
     fallback = []

@@ -7,7 +7,12 @@ on) at a fixed concurrency with 100-token outputs, then reports:
 - SSE events/s the worker consumed and client CPU per request (the Locust process's own
   user+system time over the requests it made);
 - timestamp accuracy against the simulator's truth log: TTFT p99 (client) − TTFT p99
-  (server) and per-token latency p99 (client vs server, same per-token definition).
+  (server) and per-token latency p99 (client vs server, same per-token definition);
+- per-request error against the truth log, joined by request id: client TTFT − server TTFT
+  and client E2E − server E2E (the server's times count from when it had read the request;
+  its E2E ends when it wrote the body's last bytes), p50/p99/max over the steady window;
+- what the report says of the worker itself: `worker_cpu_max_pct`, `loop_lag_p99_ms`,
+  stalls, stalled requests, and its "saturated" warnings.
 
     .venv/bin/python bench/bench_chat.py [--concurrency 64] [--duration 20] [--tokens 100]
 
@@ -58,6 +63,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--tokens-per-event", default="1")
+    parser.add_argument("--gc-freeze", default="on", choices=["on", "off"])
     parser.add_argument(
         "--sim-args", nargs=argparse.REMAINDER, default=[], help="extra llmload sim flags"
     )
@@ -77,7 +83,8 @@ def main() -> None:
         cmd = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
                "--host", sim.url, "--events-uri", str(work / "runs"), "--steps", str(args.concurrency),
                "--step-duration", str(args.duration), "--step-warmup", "2", "--cold-requests", "0",
-               "--workload", f"D(32,{args.tokens})", "--spool-dir", str(work / "spool")]  # fmt: skip
+               "--workload", f"D(32,{args.tokens})", "--spool-dir", str(work / "spool"),
+               "--gc-freeze", args.gc_freeze]  # fmt: skip
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=(lambda: os.sched_setaffinity(0, {cores[-1]})) if len(cores) > 1 else None)  # fmt: skip
@@ -118,6 +125,14 @@ def main() -> None:
         server_ttft.append(ev[0][0] / 1e9)
         server_itl.extend(per_token_samples([e[0] for e in ev], [e[1] for e in ev]))
     client_itl = metrics.itl.expand()
+    # per request, joined by id: client minus server (TTFT, and E2E to the last byte written)
+    client_e2e = metrics.per_request["e2e_s"].to_numpy()
+    ttft_err, e2e_err = [], []
+    for i, rid in enumerate(steady["request_id"]):
+        ev = truth[rid]["events"]
+        first = next(e for e in ev if e[1] > 0)
+        ttft_err.append(client_ttft[i] - first[0] / 1e9)
+        e2e_err.append(client_e2e[i] - ev[-1][0] / 1e9)
     p99 = lambda a: float(np.percentile(np.asarray(a), 99))  # noqa: E731
     ttft_err_ms = (p99(client_ttft) - p99(server_ttft)) * 1e3
     itl_err = p99(client_itl) / p99(server_itl) - 1
@@ -141,6 +156,29 @@ def main() -> None:
     print(
         f"per-token latency p99: client {p99(client_itl) * 1e3:.3f} ms, server {p99(server_itl) * 1e3:.3f} ms, error {itl_err:+.1%}"
     )
+    for name, err in (("TTFT", ttft_err), ("E2E", e2e_err)):
+        e = np.asarray(err) * 1e3
+        print(
+            f"per-request {name} error vs server (ms): p50 {np.percentile(e, 50):+.2f}, "
+            f"p99 {np.percentile(e, 99):+.2f}, max {e.max():+.2f}, min {e.min():+.2f} "
+            f"({len(e):,} requests)"
+        )
+    coalesced = int(steady["coalesced_events"].sum())
+    print(
+        f"events sharing a read with the one before: {coalesced:,} of {int(steady['events'].sum()):,}"
+    )
+    from analysis import build_report
+
+    report = build_report(str(run), work / "report", progress=False, html=False)
+    row = report.step_rows[0]
+    print(
+        f"report: worker_cpu_max_pct {row['worker_cpu_max_pct']:.0f}, loop_lag_p99_ms "
+        f"{row['loop_lag_p99_ms']:.2f}, worker_stalls {row['worker_stalls']}, "
+        f"requests_worker_stalled {row['requests_worker_stalled']}"
+    )
+    for warning in report.warnings:
+        if "saturated" in warning or "stall" in warning:
+            print(f"report warning: {warning}")
     print(f"(simulated engine: not inference performance)  events under {work}")
     _ = pd
 

@@ -8,17 +8,28 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Any
 
 import gevent
 from locust import User, constant, events, task
+from locust.exception import RPCError
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from analysis.errors import LlmloadError
 from locustfiles import options as chat_options
 from locustfiles.client import new_pool
-from locustfiles.master import MSG_FINISH, MSG_FINISHED, MSG_HELLO, worker_identity
-from locustfiles.steps import MSG_STEP, MSG_STEP_QUERY, StepShape, StepState
+from locustfiles.master import (
+    MSG_CLOCK,
+    MSG_CLOCK_REPLY,
+    MSG_FINISH,
+    MSG_FINISHED,
+    MSG_HELLO,
+    MSG_PROBES,
+    worker_identity,
+)
+from locustfiles.shape import StepShape
+from locustfiles.steps import MSG_STEP, MSG_STEP_QUERY, StepState
 from locustfiles.worker import WorkerContext, failure_for
 
 log = logging.getLogger("llmload")
@@ -93,6 +104,8 @@ def setup(environment: Any) -> None:
         if isinstance(runner, MasterRunner):
             runner.register_message(MSG_HELLO, _on_hello)
             runner.register_message(MSG_FINISHED, _on_finished)
+            runner.register_message(MSG_CLOCK_REPLY, _on_clock_reply)
+            runner.register_message(MSG_PROBES, _on_probes)
         environment.events.spawning_complete.add_listener(
             lambda user_count, **_: _with_coordinator(
                 environment, lambda c: c.on_spawning_complete(user_count)
@@ -102,6 +115,7 @@ def setup(environment: Any) -> None:
         runner.register_message(MSG_STEP, _on_step)
         if isinstance(runner, WorkerRunner):
             runner.register_message(MSG_FINISH, _on_finish, concurrent=True)
+            runner.register_message(MSG_CLOCK, _on_clock)  # inline: answers at once
         environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
         environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
     environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))
@@ -129,13 +143,55 @@ def _on_finished(environment: Any, msg: Any, **_: Any) -> None:
     _with_coordinator(environment, lambda c: c.on_finished(msg.node_id, msg.data))
 
 
+def _on_clock(environment: Any, msg: Any, **_: Any) -> None:
+    """Worker: answer the master's clock exchange with this worker's wall time at receipt."""
+    t2 = time.time_ns()
+    data = msg.data if isinstance(msg.data, dict) else {}
+    try:
+        environment.runner.send_message(MSG_CLOCK_REPLY, {"t1": data.get("t1"), "t2": t2})
+    except RPCError:
+        log.warning("llmload: could not answer the master's clock exchange")
+
+
+def _on_clock_reply(environment: Any, msg: Any, **_: Any) -> None:
+    t4 = time.time_ns()
+    data = msg.data if isinstance(msg.data, dict) else {}
+    _with_coordinator(environment, lambda c: c.on_clock_reply(msg.node_id, data, t4))
+
+
+def _on_probes(environment: Any, msg: Any, **_: Any) -> None:
+    data = msg.data if isinstance(msg.data, dict) else {}
+    _with_coordinator(environment, lambda c: c.add_probes(data.get("probes") or []))
+
+
+def _probe_reporter(environment: Any) -> Any:
+    """Where a worker's probes go: to the master by message, or straight to the local run."""
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+
+        def send(probes: list[dict[str, Any]]) -> None:
+            try:
+                runner.send_message(MSG_PROBES, {"probes": probes})
+            except RPCError:  # they travel again with the finish report
+                log.warning("llmload: could not send the probes to the master")
+
+        return send
+    return lambda probes: _with_coordinator(environment, lambda c: c.add_probes(probes))
+
+
 def _start_worker(environment: Any) -> None:
     options = chat_options.from_parsed(environment.parsed_options)
     run_id = environment.parsed_options.run_id
     runner = environment.runner
     index = getattr(runner, "worker_index", 0) or 0
     ctx = WorkerContext(
-        options, run_id, worker_identity(), environment.host or "", index, environment.llmload_step
+        options,
+        run_id,
+        worker_identity(),
+        environment.host or "",
+        index,
+        environment.llmload_step,
+        report_probes=_probe_reporter(environment),
     )
     environment.llmload_worker = ctx
     if isinstance(runner, WorkerRunner):

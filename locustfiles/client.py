@@ -78,13 +78,18 @@ def request_json(
 
 
 def classify_status(status: int) -> str:
+    """The error kind of a response whose status is not 200 (docs/events.md, error kinds)."""
     if status in (400, 413, 422):
         return "http_4xx_input"
     if status in (429, 503):
         return "queue_rejected"
     if 400 <= status < 500:
         return "http_4xx_other"
-    return "http_5xx"
+    if 500 <= status < 600:
+        return "http_5xx"
+    if 300 <= status < 400:
+        return "http_3xx"  # redirects are not followed
+    return "http_unexpected_status"  # 201, 204, 1xx...: not a completion
 
 
 def _error_body(resp: Any) -> str:
@@ -139,9 +144,10 @@ def execute(
         on_event = state.on_event
         _set_read_timeout(resp, None)  # from here the watchdog keeps the deadlines
         watch.start(resp)
-        for datas, arrived in events(resp):
-            watch.last = arrived
+        for datas, arrived in events(resp, watch):  # sets watch.last at every read
             now = arrived - t0
+            if len(datas) > 1:  # events that share one read's timestamp
+                record.coalesced_events += len(datas) - 1
             for data in datas:
                 on_event(data, now)
             if watch.waiting_first and record.first_token_ns is not None:
@@ -155,7 +161,7 @@ def execute(
                 record.end_ns = _perf_ns() - t0
                 _close(resp)  # disconnects: the server should free the sequence
                 return record
-        record.end_ns = _perf_ns() - t0
+        record.end_ns = watch.last - t0  # arrival of the read that ended the body
         if watch.expired is not None:  # cut at a clean event boundary
             raise ConnectionAbortedError(watch.expired)
         state.on_end()

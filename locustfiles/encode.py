@@ -27,6 +27,7 @@ from analysis.schema import (
     ERROR_KINDS,
     REQUESTS_SCHEMA,
     STATUSES,
+    TABLES,
     TOKEN_SOURCES,
 )
 
@@ -153,6 +154,43 @@ def encode_chunks(
     return result
 
 
+def encode_rows(
+    name: str,
+    rows: Sequence[Mapping[str, Any]],
+    ctx: EncodeContext,
+    pause: Callable[[], None] = _noop,
+) -> EncodeResult:
+    """Rows of a small table (`samples`, `stalls`: dicts keyed by column) → its schema.
+
+    Rows leave out `run_id` and `worker_id` (filled in); a row that does not convert is
+    rejected alone, counted and described.
+    """
+    schema = TABLES[name]
+    result = EncodeResult(schema.empty_table())
+    tables = []
+    for start in range(0, len(rows), REQUEST_SLICE):
+        part = [r for r in rows[start : start + REQUEST_SLICE] if isinstance(r, Mapping)]
+        if len(part) < len(rows[start : start + REQUEST_SLICE]):
+            result.reject(
+                len(rows[start : start + REQUEST_SLICE]) - len(part), f"{name} row is not a dict"
+            )
+        try:
+            converted = [pa.Table.from_pylist(part, schema=schema)]
+        except (pa.ArrowException, TypeError, ValueError, AttributeError):
+            converted = []
+            for row in part:
+                try:
+                    converted.append(pa.Table.from_pylist([dict(row)], schema=schema))
+                except (pa.ArrowException, TypeError, ValueError, AttributeError) as exc:
+                    result.reject(1, f"{name} row rejected: {exc}")
+        for table in converted:
+            tables.append(_check(_fill_keys(table, ctx, result, name), result, name))
+        pause()
+    if tables:
+        result.table = pa.concat_tables(tables)
+    return result
+
+
 def _constant(value: str, n: int) -> pa.Array:
     """A string column holding one value n times (~10x faster than pa.repeat)."""
     indices = pa.array(np.zeros(n, dtype=np.int32))
@@ -240,7 +278,7 @@ def _check(table: pa.Table, result: EncodeResult, name: str) -> pa.Table:
             if count:
                 result.reject(count, f"{count} {name} row(s) without the required {fld.name}")
                 bad = pc.or_(bad, nulls)
-        allowed = _ENUMS[name].get(fld.name)
+        allowed = _ENUMS.get(name, {}).get(fld.name)
         if allowed is not None:
             known = pc.or_(col.is_null(), pc.is_in(col, value_set=pa.array(allowed)))
             outside = pc.invert(known)  # nulls pass here; required columns are checked above

@@ -51,9 +51,61 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class WorkerInfo:
+    """One worker: who it was, how its clock sat against the master's, what its sink lost.
+
+    `clock_offset_ms` is the worker's wall clock minus the master's (NTP-style exchange, the
+    sample with the smallest round trip kept), `clock_rtt_ms` that sample's round trip; both
+    None if never measured. The `rows_*` counts and `sink_errors` come from the worker's sink
+    report at the end handshake; None (and no errors) if it never arrived.
+    """
+
     worker_id: str
     host: str
     pid: int
+    clock_offset_ms: float | None = None
+    clock_rtt_ms: float | None = None
+    rows_rejected: int | None = None
+    rows_dropped: int | None = None
+    sink_errors: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**vars(self), "sink_errors": list(self.sink_errors)}
+
+
+PROBE_PURPOSES = (
+    "models",
+    "ignore_eos",
+    "continuous_usage",
+    "calibration",
+    "target_models",
+    "target_version",
+)
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """A request llmload sent to the target outside the load (no request row): a probe.
+
+    `outcome` is "ok" or what went wrong ("http 422", "connect error: ..."); `worker_id` is
+    None for the master's own probes.
+    """
+
+    request_id: str
+    purpose: str
+    http_status: int | None
+    outcome: str
+    worker_id: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProbeRecord:
+        status = data.get("http_status")
+        return cls(
+            str(data.get("request_id")),
+            str(data.get("purpose")),
+            status if isinstance(status, int) else None,
+            str(data.get("outcome")),
+            str(data["worker_id"]) if data.get("worker_id") is not None else None,
+        )
 
 
 @dataclass
@@ -69,6 +121,7 @@ class RunManifest:
     steps: list[StepRecord] = field(default_factory=list)
     cold_start: Mapping[str, Any] = field(default_factory=lambda: {"requests": 0, "concurrency": 0})
     versions: Mapping[str, str] = field(default_factory=lambda: collect_versions())
+    probes: list[ProbeRecord] = field(default_factory=list)  # requests outside the load
 
     def finish(self, status: str = "finished") -> None:
         if status not in MANIFEST_STATUSES[1:]:
@@ -94,9 +147,10 @@ class RunManifest:
             "config": scrub_config(self.config),
             "versions": dict(self.versions),
             "hosts": hosts,
-            "workers": [vars(w) for w in self.workers],
+            "workers": [w.to_dict() for w in self.workers],
             "steps": [vars(s) for s in self.steps],
             "cold_start": dict(self.cold_start),
+            "probes": [vars(p) for p in self.probes],
         }
         scrubbed: dict[str, Any] = _scrub_values(doc, secrets)
         return scrubbed

@@ -6,6 +6,13 @@ writes `manifest.json` (status running). The Staircase drives the steps; every c
 broadcast and written to the manifest. At test_stop the master asks every worker to stop,
 flush its events and acknowledge (`llmload_finish` → `llmload_finished` with the sink's
 report), waits up to `--finish-timeout`, and writes the final manifest.
+
+Worker clocks: at each worker's hello (a burst of CLOCK_BURST exchanges) and then every
+CLOCK_INTERVAL_S, the master sends `llmload_clock` with its wall time t1; the worker answers
+`llmload_clock_reply` with t1 and its own wall time t2 at receipt; the master notes t4 at
+receipt. offset = t2 - (t1 + t4) / 2, round trip = t4 - t1; the sample with the smallest
+round trip is kept and written to the manifest (`workers[].clock_offset_ms`, `clock_rtt_ms`).
+Probes (the master's and the workers', `llmload_probes`) are listed under `probes`.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import gevent.event
 import requests
 
 from analysis.storage import ObjectStore, open_store
-from locustfiles.manifest import RunManifest, StepRecord, WorkerInfo, write_manifest
+from locustfiles.manifest import ProbeRecord, RunManifest, StepRecord, WorkerInfo, write_manifest
 from locustfiles.options import ChatOptions
 from locustfiles.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
 from locustfiles.steps import MSG_STEP, Staircase
@@ -33,6 +40,14 @@ log = logging.getLogger("llmload.master")
 MSG_FINISH = "llmload_finish"
 MSG_FINISHED = "llmload_finished"
 MSG_HELLO = "llmload_hello"
+MSG_PROBES = "llmload_probes"  # worker -> master: the probes it sent ({"probes": [...]})
+MSG_CLOCK = "llmload_clock"  # master -> worker: {"t1": master time_ns}
+MSG_CLOCK_REPLY = "llmload_clock_reply"  # worker -> master: {"t1": ..., "t2": worker time_ns}
+
+CLOCK_BURST = 5  # exchanges right after a worker's hello
+CLOCK_BURST_GAP_S = 0.02  # between them: one exchange at a time, none queued behind another
+CLOCK_INTERVAL_S = 10.0  # then one exchange per worker this often while the run goes
+SINK_ERRORS_KEPT = 5  # first messages of a worker's sink report kept in the manifest
 
 
 def new_run_id() -> str:
@@ -40,14 +55,39 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def probe_target(host: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
-    """What the master can learn of the target without load (never raises)."""
+def probe_target(
+    host: str,
+    api_key: str | None = None,
+    timeout: float = 5.0,
+    probes: list[ProbeRecord] | None = None,
+) -> dict[str, Any]:
+    """What the master can learn of the target without load (never raises).
+
+    Each request carries its own `X-Request-Id: probe-<hex>` and is appended to `probes`.
+    """
     info: dict[str, Any] = {"url": host, "model": None, "simulated": False,
                             "server_version": None, "server_header": None}  # fmt: skip
     base = host.rstrip("/")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    noted = probes if probes is not None else []
+
+    def get(path: str, purpose: str) -> requests.Response:
+        rid = "probe-" + uuid.uuid4().hex
+        try:
+            resp = requests.get(f"{base}{path}", headers={"X-Request-Id": rid, **auth},
+                                timeout=timeout, allow_redirects=False)  # fmt: skip
+        except requests.RequestException as exc:
+            kind = "connect error: " if isinstance(exc, requests.ConnectionError) else ""
+            noted.append(
+                ProbeRecord(rid, purpose, None, f"{kind}{type(exc).__name__}: {exc}"[:200])
+            )
+            raise
+        outcome = "ok" if resp.status_code == 200 else f"http {resp.status_code}"
+        noted.append(ProbeRecord(rid, purpose, resp.status_code, outcome))
+        return resp
+
     try:
-        resp = requests.get(f"{base}/v1/models", headers=headers, timeout=timeout)
+        resp = get("/v1/models", "target_models")
         info["server_header"] = resp.headers.get("server")
         if resp.headers.get("x-llmload-simulated", "").lower() == "true":
             info["simulated"] = True
@@ -57,7 +97,7 @@ def probe_target(host: str, api_key: str | None = None, timeout: float = 5.0) ->
     except (requests.RequestException, ValueError, AttributeError):
         log.warning("llmload: could not list models at %s/v1/models", base)
     try:
-        resp = requests.get(f"{base}/version", headers=headers, timeout=timeout)
+        resp = get("/version", "target_version")
         if resp.ok:
             body = resp.json()
             info["server_version"] = str(body.get("version")) if isinstance(body, dict) else None
@@ -96,17 +136,25 @@ class RunCoordinator:
         self._started = False
         self.finished_at: int | None = None
         self.server_metrics: ServerMetricsScraper | None = None
+        self.clocks: dict[str, tuple[int, int]] = {}  # client id -> (offset, round trip) ns
+        self.probes: dict[str, ProbeRecord] = {}  # request id -> probe (master's and workers')
+        self._clock_loop: gevent.Greenlet | None = None
 
     # -- steps -------------------------------------------------------------------------
     def tick(self) -> tuple[int, float] | None:
         if not self._started:  # first tick, in the shape greenlet: I/O is fine here
             self._started = True
-            target = probe_target(self.environment.host or "", self.options.api_key())
+            probes: list[ProbeRecord] = []
+            target = probe_target(self.environment.host or "", self.options.api_key(),
+                                  probes=probes)  # fmt: skip
+            self.add_probes(probes)
             if self.options.model:
                 target["model"] = self.options.model
             self.manifest.target = target
             self._write()
             self._start_server_metrics()
+            if self.distributed:
+                self._clock_loop = gevent.spawn(self._measure_clocks_periodically)
         return self.staircase.tick()
 
     def _start_server_metrics(self) -> None:
@@ -144,14 +192,71 @@ class RunCoordinator:
             self.environment.runner.send_message(MSG_STEP, self.current, client_id=client_id)
 
     # -- workers -----------------------------------------------------------------------
+    @property
+    def distributed(self) -> bool:
+        """A master with workers (not the local runner, whose worker shares its clock)."""
+        return hasattr(self.environment.runner, "clients")
+
     def on_hello(self, client_id: str, data: dict[str, Any]) -> None:
         self.workers[client_id] = data
+        gevent.spawn(self._clock_burst, client_id)  # handlers must return at once
 
     def on_finished(self, client_id: str, data: dict[str, Any]) -> None:
         self.finished[client_id] = data
         self.workers.setdefault(client_id, data)
+        self.add_probes(data.get("probes") or [])
         if self._expected and self._expected <= set(self.finished):
             self._all_finished.set()
+
+    def add_probes(self, probes: list[Any]) -> None:
+        """Probes for the manifest (ProbeRecords or their dicts); a probe listed twice counts once."""
+        for probe in probes:
+            try:
+                record = probe if isinstance(probe, ProbeRecord) else ProbeRecord.from_dict(probe)
+            except (AttributeError, TypeError):
+                log.warning("llmload: ignored a malformed probe report: %r", probe)
+                continue
+            self.probes.setdefault(record.request_id, record)
+
+    # -- worker clocks -----------------------------------------------------------------
+    def ping_clock(self, client_id: str) -> None:
+        """One exchange: the worker answers with its time at receipt (on_clock_reply)."""
+        self.environment.runner.send_message(MSG_CLOCK, {"t1": time.time_ns()}, client_id=client_id)
+
+    def on_clock_reply(self, client_id: str, data: dict[str, Any], t4: int | None = None) -> None:
+        """NTP-style: offset = t2 - (t1 + t4) / 2; keep the sample with the smallest round trip.
+
+        `t4`: the master's wall time when the reply arrived (now, if not given)."""
+        t4 = time.time_ns() if t4 is None else t4
+        try:
+            t1, t2 = int(data["t1"]), int(data["t2"])
+        except (KeyError, TypeError, ValueError):
+            return
+        rtt = t4 - t1
+        if rtt < 0:
+            return  # the master's clock stepped back during the exchange
+        best = self.clocks.get(client_id)
+        if best is None or rtt < best[1]:
+            self.clocks[client_id] = (t2 - (t1 + t4) // 2, rtt)
+
+    def _clock_burst(self, client_id: str) -> None:
+        for i in range(CLOCK_BURST):
+            if i:
+                gevent.sleep(CLOCK_BURST_GAP_S)
+            self._ping_safely(client_id)
+
+    def _measure_clocks_periodically(self) -> None:
+        while True:
+            gevent.sleep(CLOCK_INTERVAL_S)
+            for client_id in list(self.workers):
+                self._ping_safely(client_id)
+
+    def _ping_safely(self, client_id: str) -> None:
+        try:
+            self.ping_clock(client_id)
+        except Exception:  # Locust's RPCError (importing locust here would monkey-patch):
+            # a lost exchange is only a missing sample, never a reason to stop measuring
+            log.warning("llmload: clock exchange with worker %s failed", client_id, exc_info=True)
 
     def finish(self, local_report: dict[str, Any] | None = None) -> dict[str, Any]:
         """End handshake (distributed) then the final manifest. Returns it."""
@@ -159,9 +264,13 @@ class RunCoordinator:
         self.staircase.stop()
         if self.server_metrics is not None:
             self.server_metrics.stop()
+        if self._clock_loop is not None:
+            self._clock_loop.kill(block=False)
         if local_report is not None:
             self.finished["local"] = local_report
             self.workers.setdefault("local", local_report)
+            self.clocks["local"] = (0, 0)  # one process, one clock
+            self.add_probes(local_report.get("probes") or [])
         else:
             self._expected = {c.id for c in runner.clients.all if c.state != "missing"}
             runner.send_message(MSG_FINISH, {"run_id": self.run_id})
@@ -188,15 +297,32 @@ class RunCoordinator:
         m.steps = [StepRecord(**s) for s in self.staircase.timeline]
         m.cold_start = dict(self.staircase.cold)
         m.workers = [
-            WorkerInfo(str(d.get("worker_id")), str(d.get("host")), int(d.get("pid", 0)))
-            for d in self.workers.values()
+            self._worker_info(client_id, d)
+            for client_id, d in self.workers.items()
             if d.get("worker_id")
         ]
+        m.probes = list(self.probes.values())
         m.hosts = sorted({socket.gethostname(), *(w.host for w in m.workers)})
         try:
             write_manifest(self.store, m)
         except Exception:  # never lose the run over a manifest write: log and carry on
             log.exception("llmload: could not write the manifest of run %s", self.run_id)
+
+    def _worker_info(self, client_id: str, hello: dict[str, Any]) -> WorkerInfo:
+        clock = self.clocks.get(client_id)
+        sink = (self.finished.get(client_id) or {}).get("sink")
+        sink = sink if isinstance(sink, dict) else None
+        errors = sink.get("errors") if sink else None
+        return WorkerInfo(
+            str(hello.get("worker_id")),
+            str(hello.get("host")),
+            int(hello.get("pid", 0)),
+            clock_offset_ms=round(clock[0] / 1e6, 3) if clock else None,
+            clock_rtt_ms=round(clock[1] / 1e6, 3) if clock else None,
+            rows_rejected=int(sink.get("rejected_rows") or 0) if sink else None,
+            rows_dropped=int(sink.get("dropped_rows") or 0) if sink else None,
+            sink_errors=tuple(str(e) for e in errors[:SINK_ERRORS_KEPT]) if errors else (),
+        )
 
 
 def begin_run(environment: Any) -> RunCoordinator | None:

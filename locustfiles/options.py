@@ -74,6 +74,8 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
          help="JSON object of run facts (hardware, revision, launch_args...) added to the manifest config"),
     _opt("--scrape-interval", type=float, default=2.0,
          help="seconds between scrapes of the target's Prometheus /metrics by the master (0: off)"),
+    _opt("--gc-freeze", default="on", choices=["on", "off"],
+         help="freeze start-up objects out of the garbage collector (gc.freeze) so full collections during the run stay short"),
 ]  # fmt: skip
 
 
@@ -113,6 +115,7 @@ class ChatOptions:
     finish_timeout: float
     metadata: dict[str, Any]
     scrape_interval: float = 2.0
+    gc_freeze: bool = True
 
     @property
     def path(self) -> str:
@@ -219,4 +222,5 @@ def from_parsed(ns: Any) -> ChatOptions:
         scrape_interval=_positive(
             "scrape-interval", getattr(ns, "scrape_interval", 2.0), allow_zero=True
         ),
+        gc_freeze=getattr(ns, "gc_freeze", "on") == "on",
     )

@@ -42,6 +42,8 @@ class RequestRecord:
     output_tokens_source: str | None = None
     events: int = 0
     server_request_id: str | None = None
+    coalesced_events: int = 0  # events that arrived in the same read as the one before
+    worker_stall_ns: int | None = None  # the worker's own stalls during the request
     # chunk columns (one entry per output event)
     chunk_offsets: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
@@ -102,4 +104,6 @@ class RequestRecord:
             "events": self.events,
             "cold": self.cold,
             "server_request_id": self.server_request_id,
+            "coalesced_events": self.coalesced_events,
+            "worker_stall_ns": self.worker_stall_ns,
         }

@@ -1,14 +1,20 @@
 """Reading an SSE response body fast: de-chunking over the socket, splitting events.
 
-`events(resp)` yields, per socket read, the data of every event that read completed, with
-the `perf_counter_ns()` of the read. It is a worker's hot path: the work is per read (one
+`events(resp, clock)` yields, per socket read, the data of every event that read completed,
+with the arrival time of the read. It is a worker's hot path: the work is per read (one
 gevent wake-up), not per line or per event. Tests check it parses exactly as sseclient-py
 does, over every way of splitting a body into reads.
+
+Arrival times come from the kernel (SO_TIMESTAMPNS) wherever the bytes are read from the
+socket here, so a worker whose loop was busy when the bytes arrived still records when they
+arrived. `clock.last` is the arrival time of the latest read (also reads that complete no
+event, and the read that ends the body): the stall timer and the response's end use it.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import socket
 import ssl
 import struct
@@ -16,6 +22,8 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+log = logging.getLogger("llmload.sse")
 
 READ_SIZE = 65536
 assert READ_SIZE >= io.DEFAULT_BUFFER_SIZE  # one read1 drains http.client's buffered reader
@@ -34,15 +42,28 @@ class BodyError(ConnectionError):
     """The body ended early or its chunked framing is broken (recorded: stream_truncated)."""
 
 
-def events(resp: Any) -> Iterator[tuple[list[bytes], int]]:
-    """(data of the events completed by one read, perf_counter_ns of that read).
+class ReadClock:
+    """Arrival time (perf_counter ns) of a response's latest read; 0 before the first."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+
+
+def events(resp: Any, clock: Any = None) -> Iterator[tuple[list[bytes], int]]:
+    """(data of the events completed by one read, arrival time of that read, perf_counter ns).
+
+    `clock` (a ReadClock, or anything with a `last` attribute) gets the arrival time of every
+    read, also of reads that complete no event and of the read that ends the body.
 
     A minimal SSE reader: `data` fields joined by LF; comments, `event`, `id` and `retry`
     ignored; CRLF, CR and LF line ends; a final event without its blank line still counts.
     """
+    clock = ReadClock() if clock is None else clock
     buf = b""
     carry = b""  # a CR at the end of a read: its LF may start the next one
-    for data, now in body_reads(resp):
+    for data, now in body_reads(resp, clock):
         if carry:
             data, carry = carry + data, b""
         if b"\r" in data:
@@ -57,8 +78,8 @@ def events(resp: Any) -> Iterator[tuple[list[bytes], int]]:
         if datas:
             yield datas, now
     last = data_of(buf)
-    if last is not None:
-        yield [last], _perf_ns()
+    if last is not None:  # a final event without its blank line: it came with the last read
+        yield [last], clock.last
 
 
 def data_of(block: bytes) -> bytes | None:
@@ -73,31 +94,103 @@ def data_of(block: bytes) -> bytes | None:
     return b"\n".join(parts) if parts else None
 
 
-def body_reads(resp: Any) -> Iterator[tuple[bytes, int]]:
+def body_reads(resp: Any, clock: Any) -> Iterator[tuple[bytes, int]]:
     """The response body, one piece per socket read, each with its arrival time, to its end.
 
     Arrival time: the kernel's receive timestamp of the read's data (SO_TIMESTAMPNS, Linux,
     plain TCP) moved onto the perf_counter clock, else perf_counter_ns() when the read
     returns. The kernel's time does not include the wait for this greenlet's turn on a busy
-    worker, which otherwise shifts timestamps by up to a millisecond at high concurrency.
+    worker (or a stalled loop), which would otherwise shift timestamps. `clock.last` is set
+    at every read.
 
     Chunked bodies (what SSE servers send) are de-chunked here, many chunks per read, from
     the socket itself once http.client's buffer is drained: http.client returns one chunk
-    per call, which costs more than the event in it. Other bodies go through urllib3. At
-    the end of a chunked body the http.client response is closed as http.client itself
-    would, so the keep-alive connection can go back to the pool.
+    per call, which costs more than the event in it. Bytes http.client had already buffered
+    with the headers are taken without waiting (they arrived with the headers; their time is
+    when they are taken); everything after comes from the socket with kernel times. Other
+    bodies go through urllib3. At the end of a chunked body the http.client response is
+    closed as http.client itself would, so the keep-alive connection can go back to the pool.
+
+    This relies on private attributes of urllib3's and http.client's responses
+    (`private_internals()`); without them it falls back to urllib3's read1, logged once.
     """
-    fp: Any = getattr(resp, "_fp", None)  # urllib3's HTTPResponse wraps http.client's
-    src = getattr(fp, "fp", None)
-    if src is None or not getattr(fp, "chunked", False) or fp.chunk_left is not None:
+    found = private_internals(resp)
+    if isinstance(found, str):
+        if found != "not chunked":
+            _warn_fallback(found)
         while data := resp.read1(READ_SIZE):
-            yield data, _perf_ns()
+            t = clock.last = _perf_ns()
+            yield data, t
         return
-    sock = getattr(getattr(resp, "_connection", None), "sock", None)
-    yield from _dechunk(
-        _timed(src.read1), socket_reader(sock) if sock is not None else _timed(src.read1)
-    )
+    fp, src, sock = found
+    yield from _dechunk(_buffered_reader(src, sock), socket_reader(sock), clock)
     fp._close_conn()
+
+
+_warned: set[str] = set()
+
+
+def _warn_fallback(reason: str) -> None:
+    if reason not in _warned:
+        _warned.add(reason)
+        log.warning(
+            "llmload: fast SSE path unavailable (%s; urllib3 %s): reading through urllib3, "
+            "with event times taken when the loop gets to them, not the kernel's",
+            reason,
+            _urllib3_version(),
+        )
+
+
+def _urllib3_version() -> str:
+    module = sys.modules.get("urllib3")
+    return str(getattr(module, "__version__", "unknown"))
+
+
+def private_internals(resp: Any) -> tuple[Any, Any, Any] | str:
+    """(http.client response, its buffered reader, the socket) of a urllib3 response whose
+    body is chunked and unread; else why not ("not chunked" is the ordinary case of a body
+    with a length). A test checks the installed urllib3 still has these (the canary)."""
+    fp: Any = getattr(resp, "_fp", None)  # urllib3's HTTPResponse wraps http.client's
+    if fp is None:
+        return "urllib3 response without _fp"
+    if not hasattr(fp, "chunked") or not hasattr(fp, "chunk_left"):
+        return "http.client response without chunked/chunk_left"
+    if not fp.chunked:
+        return "not chunked"
+    if fp.chunk_left is not None:
+        return "chunked body already partly read"
+    src = getattr(fp, "fp", None)
+    if src is None or not hasattr(src, "read1"):
+        return "http.client response without its buffered reader (fp)"
+    if not callable(getattr(fp, "_close_conn", None)):
+        return "http.client response without _close_conn"
+    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    if sock is None:
+        return "urllib3 response without _connection.sock"
+    return fp, src, sock
+
+
+def _buffered_reader(src: Any, sock: Any) -> Callable[[], tuple[bytes, int] | None]:
+    """What http.client buffered beyond the headers, taken without waiting; None if nothing.
+
+    TLS sockets cannot be polled this way: their first read goes through http.client (and
+    may wait), timed when it returns.
+    """
+
+    def read() -> tuple[bytes, int] | None:
+        if isinstance(sock, ssl.SSLSocket):
+            return src.read1(READ_SIZE), _perf_ns()
+        timeout = sock.gettimeout()
+        sock.settimeout(0.0)
+        try:
+            data = src.read1(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            data = b""
+        finally:
+            sock.settimeout(timeout)
+        return (data, _perf_ns()) if data else None
+
+    return read
 
 
 def _timed(read1: Callable[[int], bytes]) -> Reader:
@@ -132,19 +225,26 @@ def socket_reader(sock: Any) -> Reader:
     return read
 
 
-def _dechunk(first_read: Reader, read: Reader) -> Iterator[tuple[bytes, int]]:
-    """Chunked transfer decoding; yields (data each read completed, its time) to the end."""
+def _dechunk(
+    first_read: Callable[[], tuple[bytes, int] | None], read: Reader, clock: Any = None
+) -> Iterator[tuple[bytes, int]]:
+    """Chunked transfer decoding; yields (data each read completed, its time) to the end.
+
+    `first_read` returns what was already buffered, or None; `read` reads the socket.
+    """
     pending = b""
     left = 0  # data bytes of the current chunk still to come
     state = "size"  # size line | data | crlf after data | trailer lines after the last chunk
-    recv = first_read
     last_t = 0
+    got = first_read()
     while True:
-        data, t = recv()
-        recv = read
+        data, t = got if got is not None else read()
+        got = None
         if not data:
             raise BodyError("connection closed before the end of the chunked body")
         t = last_t = max(t, last_t)  # never earlier than a previous read
+        if clock is not None:
+            clock.last = t
         pending = pending + data if pending else data
         out = []
         pos, size = 0, len(pending)

@@ -1,4 +1,4 @@
-"""The concurrency staircase: the master's shape, its step messages, and the run's timeline.
+"""The concurrency staircase: the master's plan, its step messages, and the run's timeline.
 
 Only the master knows the step. On every change it broadcasts `llmload_step` (step index,
 target users, cold flag, master wall time) to the workers, before spawning the new users
@@ -10,6 +10,9 @@ window is `[spawned_at + warmup, ended_at]`.
 
 Before step 0 an optional cold phase (step -1, one user) runs until `--cold-requests`
 requests have finished (or COLD_TIMEOUT_S passed); its requests are flagged `cold`.
+
+Locust drives the Staircase through `StepShape` (locustfiles/shape.py) and the master's
+`RunCoordinator`; this module imports neither Locust nor the master.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any
-
-from locust import LoadTestShape
 
 log = logging.getLogger("llmload.steps")
 
@@ -158,26 +159,3 @@ class Staircase:
         if not self.done:
             self._end_current()
             self.done = True
-
-
-class StepShape(LoadTestShape):
-    """Locust's shape hook: each start makes a new run (coordinator); ticks drive its steps."""
-
-    use_common_options = False
-
-    def reset_time(self) -> None:
-        """Called by Locust when a shape test starts (and again by the master's first spawn)."""
-        super().reset_time()
-        runner = getattr(self, "runner", None)
-        if runner is None:
-            return
-        current = getattr(runner.environment, "llmload_coordinator", None)
-        if current is None or current.finished_at is not None:
-            from locustfiles.master import begin_run
-
-            begin_run(runner.environment)
-
-    def tick(self) -> tuple[int, float] | None:
-        environment = self.runner.environment if self.runner is not None else None
-        coordinator = getattr(environment, "llmload_coordinator", None)
-        return None if coordinator is None else coordinator.tick()

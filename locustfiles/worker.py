@@ -3,7 +3,9 @@
 One WorkerContext per worker process and run, made at test_start (after Locust has handed
 the master's options to the worker, after any fork). Probes run once, lazily, behind a lock,
 before the first request: the model id (`/v1/models`), whether the server accepts
-`ignore_eos` and continuous usage stats, and the prompt-length calibration.
+`ignore_eos` and continuous usage stats, and the prompt-length calibration. Every probe has
+its own `probe-<hex>` id and is listed, whatever its outcome, for the manifest's `probes`: it
+goes to the master right after probing (`report_probes`) and again with the finish report.
 """
 
 from __future__ import annotations
@@ -13,24 +15,31 @@ import json
 import logging
 import os
 import random
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gevent.lock
 import urllib3
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from locustfiles.client import Limits, execute, request_json
+from locustfiles.manifest import ProbeRecord
+from locustfiles.monitor import LoopMonitor
 from locustfiles.options import ChatOptions
 from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer, prompt_hash
 from locustfiles.record import RequestRecord
 from locustfiles.secrets import redact, secret_values
 from locustfiles.sink import EventSink, SinkConfig
 from locustfiles.steps import StepState
+from locustfiles.warmup import freeze_gc, warm_up
 
 log = logging.getLogger("llmload.worker")
 
 PROBE_TIMEOUT_S = 30.0
+_perf_ns = time.perf_counter_ns
 
 
 class RequestFailed(Exception):
@@ -46,6 +55,7 @@ class WorkerContext:
         host: str,
         worker_index: int,
         step: StepState,
+        report_probes: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.options = options
         self.run_id = run_id
@@ -70,6 +80,8 @@ class WorkerContext:
         self.ignore_eos = options.ignore_eos == "on"
         self.continuous_usage = options.continuous_usage == "on"
         self._ready = False
+        self.probes: list[dict[str, Any]] = []  # ProbeRecord dicts, for the manifest
+        self.report_probes = report_probes
         self._lock = gevent.lock.Semaphore()
         self._close_lock = gevent.lock.Semaphore()
         self._secrets = secret_values(os.environ)
@@ -83,6 +95,16 @@ class WorkerContext:
             config = dataclasses.replace(config, spool_dir=Path(options.spool_dir))
         self.sink = EventSink(config)
         self.sink.start()
+        # everything slow done once now, before the first measured request (warmup.py)
+        log.info(
+            "llmload: encoding and Parquet warmed up in %.2f s", warm_up(self.sink.encode_context)
+        )
+        if options.gc_freeze:
+            freeze_gc()
+        self.monitor = LoopMonitor(
+            on_sample=lambda row: self.sink.append_row("samples", row),
+            on_stall=lambda row: self.sink.append_row("stalls", row),
+        ).start()
         self.sink_report: dict[str, Any] | None = None
         self.sent = 0
         self.cold_sent = 0
@@ -122,9 +144,28 @@ class WorkerContext:
         return body
 
     # -- probes ------------------------------------------------------------------------
-    def _post(self, pool: urllib3.PoolManager, body: dict[str, Any]) -> tuple[int, Any]:
+    def _note_probe(self, request_id: str, purpose: str, status: int | None, outcome: str) -> None:
+        """List a probe for the manifest (every probe, whatever its outcome)."""
+        probe = ProbeRecord(request_id, purpose, status, redact(outcome, self._secrets),
+                            self.worker_id)  # fmt: skip
+        self.probes.append(dataclasses.asdict(probe))
+
+    def _probe_json(self, pool: urllib3.PoolManager, purpose: str, method: str, url: str,
+                    body: dict[str, Any] | None = None) -> tuple[int, Any]:  # fmt: skip
+        """One probe exchange, noted whatever its outcome; I/O errors are re-raised."""
         rid = "probe-" + uuid.uuid4().hex
-        return request_json(pool, "POST", self.url, body, self.headers(rid), PROBE_TIMEOUT_S)
+        try:
+            status, doc = request_json(pool, method, url, body, self.headers(rid), PROBE_TIMEOUT_S)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._note_probe(rid, purpose, None, probe_failure(exc))
+            raise
+        self._note_probe(rid, purpose, status, "ok" if status == 200 else f"http {status}")
+        return status, doc
+
+    def _post(
+        self, pool: urllib3.PoolManager, body: dict[str, Any], purpose: str
+    ) -> tuple[int, Any]:
+        return self._probe_json(pool, purpose, "POST", self.url, body)
 
     def ensure_ready(self, pool: urllib3.PoolManager) -> None:
         if self._ready:
@@ -138,11 +179,12 @@ class WorkerContext:
                 log.warning("llmload: probing %s failed (%s); sending requests anyway",
                             self.base_url, type(exc).__name__)  # fmt: skip
             self._ready = True
+            if self.report_probes is not None and self.probes:
+                self.report_probes(list(self.probes))  # to the master's manifest
 
     def _probe(self, pool: urllib3.PoolManager) -> None:
         if self.model is None:
-            status, doc = request_json(pool, "GET", self.base_url + "/v1/models", None,
-                                       self.headers("probe-models"), PROBE_TIMEOUT_S)  # fmt: skip
+            status, doc = self._probe_json(pool, "models", "GET", self.base_url + "/v1/models")
             data = (doc.get("data") if isinstance(doc, dict) else None) or []
             self.model = data[0].get("id") if status == 200 and data else None
             log.info("llmload: model %s (from /v1/models)", self.model)
@@ -150,7 +192,7 @@ class WorkerContext:
         if self.options.ignore_eos == "auto":
             body = self.body(tiny, None, 2, stream=False, probe=True)
             body["ignore_eos"] = True
-            status, _ = self._post(pool, body)
+            status, _ = self._post(pool, body, "ignore_eos")
             self.ignore_eos = status == 200
             log.info(
                 "llmload: ignore_eos %s (probe: HTTP %d)",
@@ -164,13 +206,17 @@ class WorkerContext:
             rec = RequestRecord("probe-" + uuid.uuid4().hex, -1, 1, False, "probe",
                                 self.options.endpoint, self.model, True, None, 4, "")  # fmt: skip
             execute(pool, self.url, body, self.headers(rec.request_id), rec, self.limits)
+            self._note_probe(
+                rec.request_id, "continuous_usage", rec.http_status, record_outcome(rec)
+            )
             self.continuous_usage = rec.status == "ok" and rec.output_tokens_source == "usage"
             log.info("llmload: continuous usage %s (probe: HTTP %s, token counts from %s)",
                      "on" if self.continuous_usage else "off", rec.http_status,
                      rec.output_tokens_source)  # fmt: skip
 
         def prompt_tokens(text: str) -> int | None:
-            status, doc = self._post(pool, self.body(text, None, 1, stream=False, probe=True))
+            body = self.body(text, None, 1, stream=False, probe=True)
+            status, doc = self._post(pool, body, "calibration")
             usage = (doc.get("usage") if isinstance(doc, dict) else None) or {}
             value = usage.get("prompt_tokens") if status == 200 else None
             return value if isinstance(value, int) else None
@@ -212,6 +258,7 @@ class WorkerContext:
         cancel = None
         if self.options.cancel_rate and self.rng.random() < self.options.cancel_rate:
             cancel = self.options.cancel_after_tokens
+        started = _perf_ns()
         try:
             execute(
                 pool,
@@ -224,6 +271,8 @@ class WorkerContext:
                 cancel,
             )
         finally:
+            if self.monitor.running:  # the worker's own stalls during the request
+                record.worker_stall_ns = self.monitor.overlap_ns(started, _perf_ns())
             if record.error_detail:
                 record.error_detail = redact(record.error_detail, self._secrets)
             self.sink.append_request(record.row())
@@ -244,6 +293,7 @@ class WorkerContext:
 
     def _close(self, timeout: float) -> dict[str, Any]:
         if self.sink_report is None:
+            self.monitor.stop()  # its last sample goes into the sink before it closes
             report = self.sink.close(timeout=timeout)
             self.sink_report = {
                 **dataclasses.asdict(report),
@@ -251,7 +301,24 @@ class WorkerContext:
                 "complete": report.complete,
             }
             log.info("llmload: worker %s flushed: %s", self.worker_id, report)
-        return {**self.identity, "sink": self.sink_report, "sent": self.sent}
+        return {**self.identity, "sink": self.sink_report, "sent": self.sent,
+                "probes": list(self.probes)}  # fmt: skip
+
+
+def probe_failure(exc: BaseException) -> str:
+    """A probe's outcome when it got no response: "connect error: ..." or the exception."""
+    text = f"{type(exc).__name__}: {str(exc)[:160]}"
+    connect = (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError)
+    return f"connect error: {text}" if isinstance(exc, connect) else text
+
+
+def record_outcome(record: RequestRecord) -> str:
+    """A probe's outcome from its request record: "ok", "http 422" or the failure."""
+    if record.status == "ok":
+        return "ok"
+    if record.http_status is not None and record.http_status != 200:
+        return f"http {record.http_status}"
+    return f"{record.error_kind}: {record.error_detail or ''}"[:200]
 
 
 def failure_for(record: RequestRecord) -> RequestFailed | None:

@@ -145,8 +145,12 @@ def test_connect_errors_and_total_timeouts(tmp_path: Path) -> None:
     dead = run_locust("http://127.0.0.1:9", tmp_path / "dead", "--steps", "1", "--step-duration", "1.5",
                       "--step-warmup", "0", "--cold-requests", "0", "--model", "m",
                       "--ignore-eos", "off", "--continuous-usage", "off")  # fmt: skip
-    requests, _, _ = dead.events()
+    requests, _, manifest = dead.events()
     assert len(requests) > 0 and set(requests["error_kind"]) == {"connect"}, dead.output
+    # the failed probes are listed too, with why they failed
+    outcomes = {p["purpose"]: p["outcome"] for p in manifest["probes"]}
+    assert set(outcomes) == {"target_models", "target_version", "calibration"}, outcomes
+    assert all(o.startswith("connect error: ") for o in outcomes.values()), outcomes
     with start_sim(tmp_path / "sim") as sim:
         slow = run_locust(sim.url, tmp_path / "slow", "--steps", "1", "--step-duration", "1.5",
                           "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(8,8000)",

@@ -38,7 +38,7 @@ def test_complete_run(events_dir: Path) -> None:
     # w2 is in the manifest and wrote (empty) parts
     assert c.workers_found == c.workers_expected == ["w1", "w2"]
     assert (c.parts_expected, c.parts_found, c.parts_read) == (8, 8, 8)
-    assert c.rows_read == c.rows_expected == {"requests": 4, "chunks": 8}
+    assert c.rows_read == c.rows_expected == {"requests": 4, "chunks": 8, "samples": 0, "stalls": 0}
     assert len(run.requests) == 4 and len(run.chunks) == 8
 
 
@@ -56,8 +56,8 @@ def test_missing_and_corrupt_parts_are_named_skipped_and_counted(
     assert c.missing_parts == ["requests/worker=w1/part-000001.parquet"]
     assert list(c.corrupt_parts) == ["chunks/worker=w1/part-000000.parquet"]
     assert (c.parts_expected, c.parts_found, c.parts_read) == (8, 7, 6)
-    assert c.rows_read == {"requests": 2, "chunks": 4}
-    assert c.rows_expected == {"requests": 4, "chunks": 8}
+    assert c.rows_read == {"requests": 2, "chunks": 4, "samples": 0, "stalls": 0}
+    assert c.rows_expected == {"requests": 4, "chunks": 8, "samples": 0, "stalls": 0}
     text = "\n".join(report.warnings)
     assert "requests/worker=w1/part-000001.parquet" in text
     assert "chunks/worker=w1/part-000000.parquet" in text
@@ -83,6 +83,30 @@ def test_manifest_worker_without_parts_is_missing(events_dir: Path) -> None:
     b.manifest_extra["workers"] = [{"worker_id": w} for w in ("w1", "w2", "w3")]
     run = load_run(b.write(events_dir), progress=False)
     assert run.completeness.workers_missing == ["w3"]
+
+
+def test_rows_a_workers_sink_rejected_make_the_report_incomplete(
+    events_dir: Path, tmp_path: Path
+) -> None:
+    b = four_requests()
+    reason = "request row 'r9' rejected: error_kind 'oops' is not one of the schema's kinds"
+    b.manifest_extra["workers"] = [
+        {"worker_id": "w1", "rows_rejected": 2, "rows_dropped": 0, "sink_errors": [reason]},
+        {"worker_id": "w2", "rows_rejected": 0, "rows_dropped": 3, "sink_errors": []},
+    ]
+    report = build_report(b.write(events_dir), tmp_path / "out", progress=False, html=True)
+    c = report.completeness
+    assert not c.complete
+    assert c.rows_rejected == {"w1": 2} and c.rows_dropped == {"w2": 3}
+    assert f"worker w1's event sink rejected 2 row(s): {reason}" in report.warnings
+    assert any("worker w2's event sink dropped 3 row(s)" in w for w in report.warnings)
+    assert report.to_json()["completeness"]["rows_rejected"] == {"w1": 2}
+    md = report.files["report.md"].read_text()
+    completeness = md.split("## Completeness", 1)[1]
+    assert "complete: NO" in completeness
+    assert "rows rejected by worker w1's event sink: 2" in completeness and reason in completeness
+    assert "rows dropped by worker w2's event sink (after close): 3" in completeness
+    assert "rows rejected by worker w1" in report.files["report.html"].read_text()
 
 
 def test_unknown_uri_is_a_usage_error(tmp_path: Path) -> None:

@@ -42,6 +42,16 @@ def errors(**counts: int) -> dict[str, int]:
     return out
 
 
+def unmeasured(source: str | None = "usage") -> dict[str, Any]:
+    """The columns of a run without worker samples (written before schema 1.1)."""
+    nan = float("nan")
+    return {
+        "output_tokens_source": source, "requests_per_event_tokens": 0,
+        "worker_cpu_max_pct": nan, "loop_lag_p99_ms": nan, "worker_stalls": nan,
+        "requests_worker_stalled": None,
+    }  # fmt: skip
+
+
 def window(start_s: float, end_s: float, source: str = "manifest") -> dict[str, Any]:
     return {
         "window_start_ns": T0_NS + ns(start_s),
@@ -67,6 +77,7 @@ COLD = {
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 2.0,
     **errors(),
+    **unmeasured(),
     "slo_pass": None, "slo_failures": "",
 }  # fmt: skip
 
@@ -94,6 +105,7 @@ STEP0 = {
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": 110.0,
     "output_tokens_requested_mean": 56.0, "output_tokens_mean": 2.75,
     **errors(http_5xx=1),
+    **unmeasured(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
 }  # fmt: skip
 
@@ -116,6 +128,7 @@ STEP1 = {
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 3.5,
     **errors(stream_error=1, cancelled=1),
+    **unmeasured(),
     "slo_pass": True, "slo_failures": "",
 }  # fmt: skip
 
@@ -131,6 +144,7 @@ STEP2 = {
     "prompt_tokens_requested_mean": float("nan"), "prompt_tokens_mean": float("nan"),
     "output_tokens_requested_mean": float("nan"), "output_tokens_mean": float("nan"),
     **errors(queue_rejected=1, connect=1),
+    **unmeasured(None),
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
 }  # fmt: skip
@@ -166,7 +180,7 @@ def test_every_summary_column_matches_hand_computed_values(report) -> None:  # t
 
 def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.0" and doc["kind"] == "llmload.summary"
+    assert doc["schema_version"] == "1.1" and doc["kind"] == "llmload.summary"
     assert doc["simulated"] is False
     assert doc["run"]["target"]["model"] == "tiny-llama"
     assert doc["slo"]["best_concurrency"] == 4 and doc["slo"]["failed"] is True

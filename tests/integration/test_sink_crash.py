@@ -100,5 +100,10 @@ def test_sigkilled_worker_spool_is_recovered(
     assert sorted(chunks) == [request_id(i) for i in range(len(chunks))]
     assert len(chunks) >= spooled and set(chunks.values()) == {10}
     assert index["run_id"] == RUN_ID and index["worker_id"] == WORKER
-    assert index["rows"] == {"requests": len(ids), "chunks": 10 * len(chunks)}
+    assert index["rows"] == {
+        "requests": len(ids),
+        "chunks": 10 * len(chunks),
+        "samples": 0,
+        "stalls": 0,
+    }
     assert not list(spool.rglob("*.parquet"))

@@ -51,7 +51,7 @@ def test_store_outage_loses_no_row(own_seaweed: S3Target, tmp_path: Path) -> Non
     feed(sink, 300, 50)
     report = sink.close(30)
     assert report.complete, report
-    assert report.rows == {"requests": 350, "chunks": 3500}
+    assert report.rows == {"requests": 350, "chunks": 3500, "samples": 0, "stalls": 0}
 
     objects = own_seaweed.objects()
     ids = []

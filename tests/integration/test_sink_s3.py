@@ -68,7 +68,12 @@ def test_parts_land_under_the_documented_keys_and_read_back_identical(
         (request_id(i), s) for i in range(300) for s in range(20)
     }
     index = json.loads(objects[f"{prefix}index/worker={WORKER}.json"])
-    assert index["final"] and index["rows"] == {"requests": 300, "chunks": 6000}
+    assert index["final"] and index["rows"] == {
+        "requests": 300,
+        "chunks": 6000,
+        "samples": 0,
+        "stalls": 0,
+    }
     for key, rows in index["parts"].items():
         assert pq.read_metadata(io.BytesIO(objects[prefix + key])).num_rows == rows
     assert report.bytes == sum(len(v) for k, v in objects.items() if k.endswith(".parquet"))

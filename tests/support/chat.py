@@ -65,12 +65,15 @@ class SimProcess:
 
     def truth(self) -> dict[str, dict[str, Any]]:
         """The server's log of load requests by id (the workers' `probe-*` requests left out)."""
+        return {rid: row for rid, row in self.raw_truth().items() if not rid.startswith("probe-")}
+
+    def raw_truth(self) -> dict[str, dict[str, Any]]:
+        """Every request the server logged (generation routes: POSTs), probes included."""
         lines = self.truth_path.read_text().splitlines() if self.truth_path.exists() else []
         out: dict[str, dict[str, Any]] = {}
         for line in lines:
             row = json.loads(line)
-            if not row["request_id"].startswith("probe-"):
-                out[row["request_id"]] = row
+            out[row["request_id"]] = row
         return out
 
     def stop(self) -> None:

@@ -20,7 +20,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, part_key
+from analysis.schema import (
+    CHUNKS_SCHEMA,
+    REQUESTS_SCHEMA,
+    SAMPLES_SCHEMA,
+    SCHEMA_VERSION,
+    STALLS_SCHEMA,
+    part_key,
+)
 from analysis.storage import join_uri, open_store
 
 T0_NS = 1_700_000_000_000_000_000
@@ -45,6 +52,8 @@ class RunBuilder:
     model: str = "tiny-llama"
     requests: list[dict[str, Any]] = field(default_factory=list)
     chunks: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    stalls: list[dict[str, Any]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     keys: list[str] = field(default_factory=list)  # part keys written by write()
@@ -87,6 +96,7 @@ class RunBuilder:
         max_tokens: int | None = 64,
         output_tokens: int | None = None,
         request_id: str | None = None,
+        **extra: Any,  # other request columns (schema 1.1: worker_stall_ns, coalesced_events...)
     ) -> str:
         worker = worker or self.workers[0]
         rid = request_id or f"req-{len(self.requests):04d}"
@@ -128,6 +138,7 @@ class RunBuilder:
                 "events": len(chunks),
                 "cold": cold,
                 "server_request_id": None,
+                **extra,
             }
         )
         for seq, (offset, tokens) in enumerate(chunks):
@@ -144,6 +155,21 @@ class RunBuilder:
                 }
             )
         return rid
+
+    def add_sample(
+        self, worker: str, *, at_s: float, cpu: float, lags_us: list[int], interval_s: float = 1.0
+    ) -> None:
+        """One second of a worker's own measurements (samples table), ending at `at_s`."""
+        self.samples.append(
+            {"run_id": self.run_id, "worker_id": worker, "at_ns": T0_NS + ns(at_s),
+             "interval_ns": ns(interval_s), "cpu_percent": cpu, "loop_lag_us": lags_us}
+        )  # fmt: skip
+
+    def add_stall(self, worker: str, *, start_s: float, length_s: float) -> None:
+        self.stalls.append(
+            {"run_id": self.run_id, "worker_id": worker, "started_at_ns": T0_NS + ns(start_s),
+             "length_ns": ns(length_s)}
+        )  # fmt: skip
 
     def manifest(self) -> dict[str, Any]:
         cold = [r for r in self.requests if r["cold"]]
@@ -198,6 +224,16 @@ class RunBuilder:
                     key = part_key(table, worker, seq)
                     store.put(key, _parquet(rows, schema))
                     parts[key] = len(rows)
+                    self.keys.append(key)
+            for table, rows, schema in (
+                ("samples", self.samples, SAMPLES_SCHEMA),
+                ("stalls", self.stalls, STALLS_SCHEMA),
+            ):
+                mine = [r for r in rows if r["worker_id"] == worker]
+                if mine:
+                    key = part_key(table, worker, 0)
+                    store.put(key, _parquet(mine, schema))
+                    parts[key] = len(mine)
                     self.keys.append(key)
             if index:
                 doc = {

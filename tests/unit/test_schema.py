@@ -11,8 +11,11 @@ import pytest
 from analysis.errors import SchemaVersionError
 from analysis.schema import (
     CHUNKS_SCHEMA,
+    ERROR_KINDS,
     REQUESTS_SCHEMA,
+    SAMPLES_SCHEMA,
     SCHEMA_VERSION,
+    STALLS_SCHEMA,
     check_version,
     part_key,
     version_of,
@@ -28,14 +31,20 @@ def documented_columns(section: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("section", "schema"), [("requests", REQUESTS_SCHEMA), ("chunks", CHUNKS_SCHEMA)]
+    ("section", "schema"),
+    [
+        ("requests", REQUESTS_SCHEMA),
+        ("chunks", CHUNKS_SCHEMA),
+        ("samples", SAMPLES_SCHEMA),
+        ("stalls", STALLS_SCHEMA),
+    ],
 )
 def test_docs_list_exactly_the_schema_columns(section: str, schema: pa.Schema) -> None:
     assert documented_columns(section) == schema.names
 
 
 def test_every_part_schema_carries_the_version() -> None:
-    for schema in (REQUESTS_SCHEMA, CHUNKS_SCHEMA):
+    for schema in (REQUESTS_SCHEMA, CHUNKS_SCHEMA, SAMPLES_SCHEMA, STALLS_SCHEMA):
         assert version_of(schema) == SCHEMA_VERSION
         assert (
             version_of(
@@ -64,3 +73,11 @@ def test_part_keys_follow_the_documented_layout() -> None:
     assert part_key("chunks", "w1", 7) == "chunks/worker=w1/part-000007.parquet"
     with pytest.raises(ValueError, match="unknown table"):
         part_key("tokens", "w1", 0)
+
+
+def test_docs_list_exactly_the_error_kinds() -> None:
+    text = DOC.read_text()
+    body = text.split("### Error kinds (`error_kind`)", 1)[1].split("\n#", 1)[0]
+    documented = re.findall(r"^\| `([a-z_0-9]+)` \|", body, flags=re.MULTILINE)
+    assert sorted(documented) == sorted(ERROR_KINDS)
+    assert {"client_error", "http_3xx", "http_unexpected_status"} <= set(ERROR_KINDS)

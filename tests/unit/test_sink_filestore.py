@@ -92,7 +92,7 @@ def test_parts_keys_index_and_report(tmp_path: Path) -> None:
     assert sink.flush(10)
     report = sink.close(10)
     assert report.complete, report
-    assert report.rows == {"requests": 120, "chunks": 1200}
+    assert report.rows == {"requests": 120, "chunks": 1200, "samples": 0, "stalls": 0}
     root = tmp_path / "store"
     keys = sorted(p.relative_to(root / RUN_ID).as_posix() for p in root.rglob("*.parquet"))
     assert keys[0] == f"chunks/worker={WORKER}/part-000000.parquet"
@@ -100,7 +100,7 @@ def test_parts_keys_index_and_report(tmp_path: Path) -> None:
     assert report.parts == len(keys) >= 3
     index = json.loads((root / RUN_ID / "index" / f"worker={WORKER}.json").read_text())
     assert index["final"] is True and index["run_id"] == RUN_ID
-    assert index["rows"] == {"requests": 120, "chunks": 1200}
+    assert index["rows"] == {"requests": 120, "chunks": 1200, "samples": 0, "stalls": 0}
     assert set(index["parts"]) == set(keys)
     requests = read_rows(root, "requests")
     assert [r["request_id"] for r in requests] == [request_id(i) for i in range(120)]
@@ -120,7 +120,7 @@ def test_time_seals_parts(tmp_path: Path) -> None:
     deadline = time.monotonic() + 5
     while sink.stats().parts < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert sink.stats().rows == {"requests": 3, "chunks": 30}
+    assert sink.stats().rows == {"requests": 3, "chunks": 30, "samples": 0, "stalls": 0}
     sink.close(5)
 
 
@@ -161,7 +161,7 @@ def test_close_with_store_down_keeps_the_spool_then_upload_spool_recovers(
     index = json.loads(
         (tmp_path / "store" / RUN_ID / "index" / f"worker={WORKER}.json").read_text()
     )
-    assert index["rows"] == {"requests": 40, "chunks": 400}
+    assert index["rows"] == {"requests": 40, "chunks": 400, "samples": 0, "stalls": 0}
     assert not spool_parts(tmp_path)
 
 
@@ -217,7 +217,12 @@ def test_appends_after_close_are_counted_not_raised(tmp_path: Path) -> None:
     sink.close(5)
     feed(sink, 1, 2)
     stats = sink.stats()
-    assert stats.dropped_rows == 22 and stats.rows == {"requests": 1, "chunks": 10}
+    assert stats.dropped_rows == 22 and stats.rows == {
+        "requests": 1,
+        "chunks": 10,
+        "samples": 0,
+        "stalls": 0,
+    }
 
 
 def test_bad_rows_are_counted_and_good_rows_written(tmp_path: Path) -> None:
@@ -226,7 +231,12 @@ def test_bad_rows_are_counted_and_good_rows_written(tmp_path: Path) -> None:
     sink.append_request({"request_id": "broken"})
     sink.append_chunks("x", [1, 2], [1], [1, 1])
     report = sink.close(5)
-    assert report.rejected_rows == 3 and report.rows == {"requests": 3, "chunks": 30}
+    assert report.rejected_rows == 3 and report.rows == {
+        "requests": 3,
+        "chunks": 30,
+        "samples": 0,
+        "stalls": 0,
+    }
     assert any("required" in e for e in report.errors)
 
 
@@ -272,7 +282,7 @@ def test_gevent_runtime_without_blocking_the_loop(tmp_path: Path) -> None:
     gevent.joinall([gevent.spawn(worker, k * 1000) for k in range(4)], timeout=10)
     report = sink.close(10)
     assert report.complete, report
-    assert report.rows == {"requests": 800, "chunks": 8000}
+    assert report.rows == {"requests": 800, "chunks": 8000, "samples": 0, "stalls": 0}
 
 
 def test_thread_runtime_is_the_default_without_gevent_patching(tmp_path: Path) -> None:

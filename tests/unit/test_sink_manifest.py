@@ -7,7 +7,15 @@ from pathlib import Path
 
 from analysis.schema import SCHEMA_VERSION
 from analysis.storage import FileStore
-from locustfiles.manifest import RunManifest, StepRecord, WorkerInfo, scrub_config, write_manifest
+from locustfiles.manifest import (
+    PROBE_PURPOSES,
+    ProbeRecord,
+    RunManifest,
+    StepRecord,
+    WorkerInfo,
+    scrub_config,
+    write_manifest,
+)
 from locustfiles.secrets import is_secret_name, secret_values
 
 SECRET = "sk-live-0123456789abcdef"
@@ -60,6 +68,19 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     first = write_manifest(store, manifest, environ=env)
     assert first["status"] == "running" and first["ended_at"] is None
     manifest.workers.append(WorkerInfo("h-1-a", "h", 1))
+    manifest.workers.append(
+        WorkerInfo(
+            "h-2-b",
+            "h",
+            2,
+            clock_offset_ms=-0.25,
+            clock_rtt_ms=0.5,
+            rows_rejected=1,
+            rows_dropped=0,
+            sink_errors=(f"row rejected: key {SECRET}",),
+        )  # fmt: skip
+    )
+    manifest.probes.append(ProbeRecord("probe-ab", "calibration", 422, "http 422", "h-2-b"))
     manifest.steps.append(StepRecord(0, 8, 1, 2, 3, 1.5))
     manifest.finish()
     write_manifest(store, manifest, environ=env)
@@ -68,17 +89,35 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     doc = json.loads(raw)
     assert set(doc) == {
         "schema_version", "kind", "run_id", "status", "created_at", "ended_at", "target",
-        "config", "versions", "hosts", "workers", "steps", "cold_start",
+        "config", "versions", "hosts", "workers", "steps", "cold_start", "probes",
     }  # fmt: skip
     assert doc["schema_version"] == SCHEMA_VERSION and doc["kind"] == "llmload.manifest"
     assert doc["status"] == "finished" and doc["ended_at"].endswith("Z")
     assert doc["config"] == {"users": 8}
     assert doc["target"]["simulated"] is True and doc["target"]["server_version"] is None
     assert set(doc["versions"]) == {"llmload", "locust", "python"}
-    assert doc["workers"] == [{"worker_id": "h-1-a", "host": "h", "pid": 1}]
+    assert doc["workers"] == [
+        {"worker_id": "h-1-a", "host": "h", "pid": 1, "clock_offset_ms": None,
+         "clock_rtt_ms": None, "rows_rejected": None, "rows_dropped": None, "sink_errors": []},
+        {"worker_id": "h-2-b", "host": "h", "pid": 2, "clock_offset_ms": -0.25,
+         "clock_rtt_ms": 0.5, "rows_rejected": 1, "rows_dropped": 0,
+         "sink_errors": ["row rejected: key <redacted>"]},
+    ]  # fmt: skip
+    assert doc["probes"] == [{"request_id": "probe-ab", "purpose": "calibration",
+                              "http_status": 422, "outcome": "http 422", "worker_id": "h-2-b"}]  # fmt: skip
     assert doc["steps"][0] == {
         "step": 0, "concurrency": 8, "started_at_ns": 1, "spawned_at_ns": 2,
         "ended_at_ns": 3, "warmup_s": 1.5,
     }  # fmt: skip
     assert "h" in doc["hosts"]
     assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_docs_describe_every_worker_field_and_probe_purpose() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "events.md").read_text()
+    manifest = text.split("## `manifest.json`", 1)[1].split("\n## ", 1)[0]
+    fields = set(vars(WorkerInfo("w", "h", 1)))
+    for name in fields:
+        assert f"`{name}`" in manifest, name
+    for purpose in PROBE_PURPOSES:
+        assert f"`{purpose}`" in manifest, purpose

@@ -1,0 +1,421 @@
+"""The event sink's background pipeline: sealed buffers → Parquet parts → spool → store.
+
+`EventSink` (locustfiles/sink.py) owns what the request path touches: the buffers, their
+lock, the flush() waiters and the dropped-row count. `SinkPipeline` is its one background
+task (a greenlet under gevent, a thread otherwise). It takes the buffers from the front
+(`EventSink.take`) when a table reaches `part_rows` rows, every `part_seconds`, or on
+flush()/close(); encodes each table with that table's encoder (in slices, yielding to the
+loop); writes each part to a local spool with fsync; uploads it without overwriting;
+deletes it from the spool only once the store has it; and keeps `index/worker=<id>.json`
+up to date. A store outage only makes parts wait in the spool (uploads retry with capped
+exponential backoff and jitter, forever while running); a crashed worker's spool is
+uploaded later by `llmload upload-spool`. See docs/reliability.md.
+
+The pipeline knows tables only by name: whatever `encoders` maps a name to turns that
+table's buffered items into an Arrow table, and row counts are kept per table name.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from analysis.storage import FileStore, ObjectStore, S3Store, StorageError
+from locustfiles.encode import EncodeContext, EncodeResult
+from locustfiles.runtime import Runtime, Waitable
+from locustfiles.secrets import redact
+from locustfiles.spool import PartCollisionError, Spool, WorkerIndex, put_index, upload_part
+
+log = logging.getLogger("llmload.sink")
+
+MAX_ERRORS = 20
+"""Error messages a sink keeps for its report (every rejected row is counted)."""
+
+Encoder = Callable[[Sequence[Any], EncodeContext, Callable[[], None]], EncodeResult]
+"""Turns a table's buffered items into rows of its schema: `encode(items, context, pause)`."""
+
+Waiter = tuple[Waitable, bool]
+"""A flush() caller: its event, and whether it waits for the upload (else for the spool)."""
+
+
+class Backoff:
+    """Capped exponential backoff with full jitter: 0.5 s, 1 s, 2 s … ≤ max."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.attempt = 0
+
+    def next(self) -> float:
+        ceiling = min(self.maximum, self.initial * 2**self.attempt)
+        self.attempt += 1
+        return random.uniform(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class BatchSource(Protocol):
+    """The sink's front as the pipeline sees it (`EventSink`)."""
+
+    @property
+    def stopping(self) -> bool:
+        """close() was called: seal everything, upload until the deadline, then finish."""
+        ...
+
+    @property
+    def deadline(self) -> float:
+        """Monotonic time by which close() wants the pipeline done (once stopping)."""
+        ...
+
+    def take(self, time_due: bool) -> tuple[dict[str, list[Any]], list[Waiter]]:
+        """The flush() waiters so far, and the buffers (non-empty tables) when a part is due."""
+        ...
+
+    def is_empty(self) -> bool:
+        """No table holds a buffered item."""
+        ...
+
+    def reject_buffered(self) -> tuple[int, list[Waiter]]:
+        """Close, drop the buffers; return their row count and the waiters to wake."""
+        ...
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """The pipeline's side of a `SinkReport`: what it uploaded, still holds, and refused."""
+
+    rows: dict[str, int]  # rows uploaded, per table
+    parts: int = 0  # parts uploaded
+    bytes: int = 0  # bytes uploaded (parts only)
+    pending_parts: int = 0  # parts in the spool, not yet uploaded
+    pending_rows: int = 0  # sealed rows not in the store: unspooled or in the spool
+    rejected: int = 0  # bad rows dropped at encode time
+    failures: int = 0  # failed spool writes and upload attempts (each retried)
+    collisions: int = 0  # parts whose key held other bytes (kept in the spool)
+    index_written: bool = False  # the store's index is up to date
+    errors: tuple[str, ...] = ()
+
+
+class SinkPipeline:
+    """Seals, encodes, spools and uploads a sink's rows; `run` is the background task.
+
+    All its state is owned by that task; `stats()` may be read from any thread.
+    """
+
+    def __init__(
+        self,
+        source: BatchSource,
+        encoders: Mapping[str, Encoder],
+        *,
+        spool: Spool,
+        store: ObjectStore,
+        runtime: Runtime,
+        wake: Waitable,
+        context: EncodeContext,
+        part_rows: int,
+        part_seconds: float,
+        backoff: Backoff,
+    ) -> None:
+        self._source = source
+        self._encoders = dict(encoders)  # table name → encoder, in sealing order
+        self._spool = spool
+        self._store = store
+        self._rt = runtime
+        self._wake = wake  # set by the front: a table is full, or flush()/close()
+        self._ctx = context
+        self._part_rows = part_rows
+        self._part_seconds = part_seconds
+        self._backoff = backoff
+        self._sealed_waiters: list[Waiter] = []  # flush() callers whose rows are sealed
+        self._seq: dict[str, int] = {}
+        self._index = WorkerIndex(spool.run_id, spool.worker_id)
+        self._index_dirty = False
+        self._index_merged = False
+        self._unspooled: list[tuple[str, Any]] = []  # (table name, pa.Table) not yet spooled
+        self._pending: list[str] = []  # run-relative keys in the spool, not yet uploaded
+        self._collided: set[str] = set()
+        self._failing_since: float | None = None
+        # counters
+        self._rows = dict.fromkeys(self._encoders, 0)
+        self._parts = 0
+        self._bytes = 0
+        self._rejected = 0
+        self._failures = 0
+        self._errors: list[str] = []
+
+    def stats(self) -> PipelineStats:
+        """A snapshot of the counters (safe to call any time)."""
+        unspooled = sum(t.num_rows for _, t in self._unspooled)
+        waiting = sum(self._index.parts.get(k, 0) for k in self._pending)
+        return PipelineStats(
+            rows=dict(self._rows),
+            parts=self._parts,
+            bytes=self._bytes,
+            pending_parts=len(self._pending),
+            pending_rows=unspooled + waiting,
+            rejected=self._rejected,
+            failures=self._failures,
+            collisions=len(self._collided),
+            index_written=not self._index_dirty and bool(self._index_merged),
+            errors=tuple(self._errors),
+        )
+
+    # -- the background task ----------------------------------------------------------------
+
+    def run(self) -> None:
+        """Seal, spool and upload until close() and everything is done (or its deadline)."""
+        rt, source = self._rt, self._source
+        try:
+            self._prepare()
+        except Exception as exc:  # the spool is unusable: nothing durable can be done
+            log.exception("event sink cannot use its spool %s", self._spool.root)
+            self._error(f"spool unusable: {exc}")
+            self._reject_everything()
+            return
+        backoff = self._backoff
+        period = self._part_seconds
+        last_seal = time.monotonic()
+        next_try = 0.0
+        while True:
+            now = time.monotonic()
+            if not source.stopping:
+                timeout = last_seal + period - now
+                if self._has_work():
+                    timeout = min(timeout, next_try - now)
+                if timeout > 0:
+                    self._wake.wait(timeout)
+                self._wake.clear()  # before looking at the buffers: a later kick is kept
+                now = time.monotonic()
+            time_due = now - last_seal >= period
+            if time_due:
+                last_seal = now
+            batches = self._take(time_due)
+            if batches:
+                self._encode(batches)
+            if source.stopping and not self._index.final and self._drained():
+                self._index.final = True  # every row is sealed: this index is the last
+                self._save_index()
+            # spool at once (durability); retries of a failed spool write wait for backoff
+            fresh = bool(batches)
+            spooled = True
+            if self._unspooled and (fresh or time.monotonic() >= next_try):
+                spooled = self._spool_unspooled()
+            if not spooled:
+                next_try = time.monotonic() + backoff.next()
+            elif self._has_work() and time.monotonic() >= next_try:
+                if self._upload_pass():
+                    backoff.reset()
+                else:
+                    next_try = time.monotonic() + backoff.next()
+            self._settle_waiters()
+            if source.stopping:
+                if self._index.final and self._drained() and not self._has_work():
+                    return
+                left = source.deadline - time.monotonic()
+                if left <= 0:
+                    return
+                rt.sleep(min(left, max(0.0, next_try - time.monotonic())))
+
+    def _drained(self) -> bool:
+        return self._source.is_empty() and not self._unspooled
+
+    def _settle_waiters(self) -> None:
+        """Wake flush() callers whose rows are spooled (or uploaded, if they asked)."""
+        if not self._sealed_waiters:
+            return
+        spooled = not self._unspooled
+        uploaded = spooled and not self._has_work()
+        keep = []
+        for event, wants_upload in self._sealed_waiters:
+            if uploaded or (spooled and not wants_upload):
+                event.set()
+            else:
+                keep.append((event, wants_upload))
+        self._sealed_waiters = keep
+
+    def _prepare(self) -> None:
+        rt = self._rt
+        rt.run_blocking(self._spool.run_dir.mkdir, 0o755, True, True)
+        rt.run_blocking(self._spool.claim)
+        self._seq = rt.run_blocking(self._spool.next_seq)
+        self._index = rt.run_blocking(self._spool.load_index)
+        self._index.final = False
+        self._pending = rt.run_blocking(self._spool.pending)
+        for key in self._pending:  # left by an earlier sink with this worker id
+            if key not in self._index.parts:
+                self._index.parts[key] = rt.run_blocking(self._spool.part_rows, key)
+        self._index_dirty = True
+        store = self._store
+        if isinstance(store, S3Store):  # make the boto3 client (~0.3 s of CPU) off the loop
+            try:
+                rt.run_blocking(lambda: store.client)
+            except Exception as exc:
+                self._note_failure(exc)
+
+    def _reject_everything(self) -> None:
+        rejected, waiters = self._source.reject_buffered()
+        self._rejected += rejected
+        for event, _ in [*waiters, *self._sealed_waiters]:
+            event.set()
+
+    def _has_work(self) -> bool:
+        return bool(
+            self._unspooled
+            or self._index_dirty
+            or any(k not in self._collided for k in self._pending)
+        )
+
+    def _take(self, time_due: bool) -> dict[str, list[Any]]:
+        """Take the front's buffers when a part is due (flush waiters move along with them)."""
+        batches, waiters = self._source.take(time_due)
+        self._sealed_waiters += waiters
+        return batches
+
+    def _encode(self, batches: Mapping[str, list[Any]]) -> None:
+        for name, encode in self._encoders.items():
+            rows = batches.get(name)
+            if not rows:
+                continue
+            try:
+                result = encode(rows, self._ctx, self._rt.pause)
+            except Exception as exc:  # a bug in encoding: count the rows, keep the task alive
+                log.exception("event sink could not encode %d %s rows", len(rows), name)
+                self._rejected += len(rows)
+                self._error(f"{name}: encoding failed: {exc}")
+                continue
+            if result.rejected:
+                self._rejected += result.rejected
+            for message in result.errors:
+                message = redact(message, self._ctx.secrets)  # rows may quote secrets
+                self._error(message)
+                log.error("event sink: %s", message)
+            table, limit = result.table, self._part_rows
+            for offset in range(0, table.num_rows, limit):  # parts hold at most part_rows
+                self._unspooled.append((name, table.slice(offset, limit)))
+
+    def _spool_unspooled(self) -> bool:
+        """Write sealed tables to the spool (fsync); False when the disk refused."""
+        rt = self._rt
+        wrote = False
+        ok = True
+        while self._unspooled and ok:
+            name, table = self._unspooled[0]
+            try:
+                key, _ = rt.run_blocking(self._spool.write_part, name, self._seq[name], table)
+            except FileExistsError:  # a part of an earlier sink with this id: skip the number
+                self._seq[name] += 1
+                continue
+            except OSError as exc:
+                log.error("event sink cannot write to its spool %s: %s", self._spool.root, exc)
+                self._error(f"spool write failed: {exc}")
+                self._failures += 1
+                ok = False
+                continue
+            self._seq[name] += 1
+            self._unspooled.pop(0)
+            self._index.parts[key] = table.num_rows
+            self._pending.append(key)
+            wrote = True
+        if wrote:
+            self._save_index()
+        return ok
+
+    def _save_index(self) -> None:
+        try:
+            self._rt.run_blocking(self._spool.save_index, self._index)
+        except OSError as exc:
+            log.error("event sink cannot write its spool index: %s", exc)
+            self._error(f"spool index write failed: {exc}")
+        self._index_dirty = True
+
+    def _store_io(self, fn: Any, *args: Any) -> Any:
+        """Store calls: inline when sockets cooperate (gevent-patched), else off the loop."""
+        rt = self._rt
+        if isinstance(self._store, FileStore) or rt.blocks_on_sockets():
+            return rt.run_blocking(fn, *args)
+        return fn(*args)
+
+    def _upload_pass(self) -> bool:
+        """Upload every pending part, then the index. False when the store failed."""
+        rt = self._rt
+        store = self._store
+        for key in list(self._pending):
+            if key in self._collided:
+                continue
+            try:
+                data = rt.run_blocking(self._spool.read, key)
+                self._store_io(upload_part, store, self._spool.store_key(key), data)
+            except PartCollisionError as exc:
+                log.error("event sink: %s", exc)
+                self._error(str(exc))
+                self._collided.add(key)
+                continue
+            except (StorageError, OSError) as exc:
+                self._note_failure(exc)
+                return False
+            except Exception as exc:  # an unexpected client error: logged in full, retried
+                log.exception("event sink: unexpected error uploading %s", key)
+                self._note_failure(exc)
+                return False
+            try:
+                rt.run_blocking(self._spool.remove, key)
+            except OSError as exc:  # harmless: a later upload finds identical bytes
+                log.warning("event sink: uploaded %s but could not delete it: %s", key, exc)
+            self._pending.remove(key)
+            self._parts += 1
+            self._bytes += len(data)
+            table = key.split("/", 1)[0]
+            self._rows[table] = self._rows.get(table, 0) + self._index.parts.get(key, 0)
+        if self._index_dirty:
+            try:
+                self._put_index()
+            except Exception as exc:
+                self._note_failure(exc)
+                return False
+        if self._failing_since is not None:
+            log.info(
+                "event store %s is back after %.1f s; spool drained",
+                store.uri,
+                time.monotonic() - self._failing_since,
+            )
+            self._failing_since = None
+        return True
+
+    def _put_index(self) -> None:
+        store = self._store
+        snapshot = WorkerIndex(
+            self._index.run_id, self._index.worker_id, dict(self._index.parts), self._index.final
+        )
+        if not self._index_merged:  # pick up an earlier sink's index for this worker id once
+            self._store_io(put_index, store, self._spool, snapshot)
+            self._index.merge(snapshot)
+            self._index_merged = True
+        else:
+            key = self._spool.store_key(f"index/worker={self._index.worker_id}.json")
+            self._store_io(lambda: store.put(key, snapshot.to_json(), overwrite=True))
+        self._index_dirty = False
+        if self._index.final and not self._pending and not self._unspooled:
+            self._rt.run_blocking(self._spool.cleanup)
+
+    def _note_failure(self, exc: Exception) -> None:
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.warning(
+                "event store %s failed (%s); %d part(s) wait in the spool %s, retrying",
+                self._store.uri,
+                exc,
+                len(self._pending),
+                self._spool.root,
+            )
+        else:
+            log.debug("event store still failing: %s", exc)
+
+    def _error(self, message: str) -> None:
+        if len(self._errors) < MAX_ERRORS:
+            self._errors.append(message)

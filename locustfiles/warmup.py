@@ -1,0 +1,54 @@
+"""Start-up work done once, before the first measured request, so the run never pays for it.
+
+The first time a worker seals a part it would otherwise initialise Arrow's conversion and
+compute kernels, the Parquet writer and its zstd codec: about half a second of CPU holding
+the GIL, which stalls every stream in flight (measured: one stall of 140–340 ms per run at
+concurrency 64 before this existed). `warm_up()` runs that whole path on a few dummy rows of
+every table, in memory, and `freeze_gc()` then moves every object start-up made into the
+garbage collector's permanent generation, so full collections during the run only scan the
+run's own objects. docs/benchmarks.md has the figures.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import logging
+import time
+
+import pyarrow.parquet as pq
+
+from locustfiles.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
+from locustfiles.record import RequestRecord
+from locustfiles.spool import PARQUET_COMPRESSION
+
+log = logging.getLogger("llmload.warmup")
+
+
+def warm_up(ctx: EncodeContext) -> float:
+    """Encode and write (in memory) a few rows of every table; returns the seconds it took."""
+    started = time.perf_counter()
+    record = RequestRecord("warm-up", 0, 1, False, "warm-up", "chat", None, True, 1, 1, "0" * 64)
+    record.fail("client_error", "warm-up row, never stored")
+    tables = [
+        encode_requests([record.row()], ctx).table,
+        encode_chunks([("warm-up", [1, 2], [1, 1], [1, 1], "content")], ctx).table,
+        encode_rows(
+            "samples",
+            [{"at_ns": 1, "interval_ns": 1, "cpu_percent": 0.0, "loop_lag_us": [0, 1]}],
+            ctx,
+        ).table,  # fmt: skip
+        encode_rows("stalls", [{"started_at_ns": 1, "length_ns": 1}], ctx).table,
+    ]
+    for table in tables:
+        pq.write_table(table, io.BytesIO(), compression=PARQUET_COMPRESSION)
+    return time.perf_counter() - started
+
+
+def freeze_gc() -> None:
+    """Collect once, then keep every surviving object out of later collections."""
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "llmload: %d start-up objects frozen out of the garbage collector", gc.get_freeze_count()
+    )
