@@ -21,12 +21,12 @@ $(STAMP): pyproject.toml infra/setup_system.sh
 test: setup
 	$(BIN)/python -m pytest -m "not slow and not engine" $(PYTEST_ARGS)
 
-# Unit tests against the lowest dependency versions pyproject.toml allows.
+# Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed.
 test-min:
 	@test -x .venv-min/bin/python || $(PYTHON) -m venv .venv-min
 	.venv-min/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-min.txt
 	.venv-min/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	.venv-min/bin/python -m pytest -p no:cacheprovider tests/unit -q
+	.venv-min/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_sse_socket.py -q
 
 # The real-engine suite: transformers serve (CPU torch, its own venv) with a tiny local model.
 $(ENGINE_STAMP): pyproject.toml requirements-engine.txt

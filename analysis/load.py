@@ -58,6 +58,7 @@ REQUEST_COLUMNS: Final = (
     "prompt_tokens",
     "output_tokens",
     "output_tokens_source",
+    "events",
     "coalesced_events",
     "worker_stall_ns",
 )

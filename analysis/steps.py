@@ -116,6 +116,8 @@ class _Arrays:
     chunk_tokens: np.ndarray
     tokens_source: np.ndarray  # per request: output_tokens_source (None when unknown)
     stall_ns: np.ndarray  # per request: worker_stall_ns, NaN when not measured
+    coalesced: np.ndarray  # per request: coalesced_events, NaN when not recorded
+    events: np.ndarray  # per request: SSE events received
     health: WorkerHealth
 
 
@@ -158,6 +160,10 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         stall_ns=_float(req, "worker_stall_ns")
         if "worker_stall_ns" in req
         else np.full(len(req), np.nan),
+        coalesced=_float(req, "coalesced_events")
+        if "coalesced_events" in req
+        else np.full(len(req), np.nan),
+        events=_float(req, "events") if "events" in req else np.full(len(req), np.nan),
         health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
     )
 
@@ -263,6 +269,11 @@ def _group_row(
     measured = ~np.isnan(a.stall_ns)
     stalled = int((members & measured & (a.stall_ns > 0)).sum()) if measured.any() else None
     row.update(a.health.columns(window, stalled))
+    counted = latency & ~np.isnan(a.coalesced) & ~np.isnan(a.events)
+    total_events = float(a.events[counted].sum())
+    row["coalesced_events_pct"] = (
+        100.0 * float(a.coalesced[counted].sum()) / total_events if total_events else float("nan")
+    )
     return row
 
 

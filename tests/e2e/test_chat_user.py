@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import build_report
 from analysis.metrics import compute_request_metrics
 from tests.support.chat import run_locust, start_sim, unseen_by_server
 
@@ -59,6 +60,14 @@ def test_headless_run_matches_the_servers_truth(tmp_path: Path) -> None:
     assert ttft_gap.min() > -0.0005  # the client cannot see a token before the server sends it
     assert ttft_gap.median() < 0.003 and ttft_gap.quantile(0.95) < 0.010
     assert span_gap.abs().median() < 0.003
+    # The end of a response is the arrival of its last bytes: never before the last token.
+    assert (ok["end_ns"] >= ok["last_token_ns"]).all()
+    assert (ok["coalesced_events"] >= 0).all() and (ok["worker_stall_ns"] >= 0).all()
+    # The worker measured itself: its samples are in the store and the report reads them.
+    report = build_report(str(result.run_dir()), tmp_path / "report", progress=False, html=False)
+    step = report.step_rows[-1]
+    assert 0 < step["worker_cpu_max_pct"] < 400 and step["loop_lag_p99_ms"] >= 0
+    assert report.completeness.rows_read["samples"] >= 3
 
 
 def test_exact_prompt_lengths_with_a_tokenizer_and_token_counts_without_usage(

@@ -48,7 +48,7 @@ def unmeasured(source: str | None = "usage") -> dict[str, Any]:
     return {
         "output_tokens_source": source, "requests_per_event_tokens": 0,
         "worker_cpu_max_pct": nan, "loop_lag_p99_ms": nan, "worker_stalls": nan,
-        "requests_worker_stalled": None,
+        "requests_worker_stalled": None, "coalesced_events_pct": nan,
     }  # fmt: skip
 
 

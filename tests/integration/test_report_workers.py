@@ -61,6 +61,8 @@ def test_step_columns_from_the_workers_own_samples(report) -> None:  # type: ign
     assert step1["worker_stalls"] == 1 and step1["requests_worker_stalled"] == 0
     assert step0["output_tokens_source"] == "usage" and step0["requests_per_event_tokens"] == 0
     assert step1["output_tokens_source"] == "events" and step1["requests_per_event_tokens"] == 4
+    # step 0's requests recorded 0 coalesced events of 3 each; step 1's recorded nothing
+    assert step0["coalesced_events_pct"] == 0.0 and math.isnan(step1["coalesced_events_pct"])
 
 
 def test_saturated_worker_and_per_event_counts_are_warned(report) -> None:  # type: ignore[no-untyped-def]
