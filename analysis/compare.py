@@ -20,7 +20,7 @@ from typing import Any, Final
 import pandas as pd
 
 from analysis.errors import UsageError
-from analysis.report import SUMMARY_KIND, jsonable
+from analysis.report import SUMMARY_KIND, jsonable, make_out_dir
 
 LOWER_IS_BETTER: Final = tuple(
     f"{m}_{s}_s" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")
@@ -130,8 +130,7 @@ def compare_summaries(
     error_rate_threshold: float = DEFAULT_ERROR_RATE_THRESHOLD,
 ) -> Comparison:
     """Compare two lists of summary rows (summary.json `steps`)."""
-    if threshold < 0 or error_rate_threshold < 0:
-        raise UsageError("regression thresholds must be >= 0 (e.g. --threshold 0.1)")
+    _check_thresholds(threshold, error_rate_threshold)
     result = Comparison(run_a, run_b, threshold, error_rate_threshold)
     a, b = _keyed(rows_a), _keyed(rows_b)
     for key in sorted(set(a) | set(b), key=lambda k: (k[0] != "cold", k[1], k[2])):
@@ -168,6 +167,17 @@ def _summary_rows(where: str, slo: str | None) -> tuple[list[dict[str, Any]], li
     return report.table.rows, report.warnings
 
 
+def _check_thresholds(threshold: float, error_rate_threshold: float) -> None:
+    for flag, value in (
+        ("--threshold", threshold),
+        ("--error-rate-threshold", error_rate_threshold),
+    ):
+        if not (math.isfinite(value) and value >= 0):
+            raise UsageError(
+                f"regression thresholds must be >= 0: {flag} {value} (e.g. --threshold 0.1: 10%)"
+            )
+
+
 def compare_runs(
     run_a: str,
     run_b: str,
@@ -177,6 +187,7 @@ def compare_runs(
     slo: str | None = None,
 ) -> Comparison:
     """Compare run B against baseline A (each a RUN_URI or a report directory)."""
+    _check_thresholds(threshold, error_rate_threshold)  # before anything is read
     rows_a, warn_a = _summary_rows(run_a, slo)
     rows_b, warn_b = _summary_rows(run_b, slo)
     result = compare_summaries(
@@ -241,8 +252,7 @@ def render_comparison_markdown(result: Comparison) -> str:
 
 
 def write_comparison(result: Comparison, out_dir: str | Path) -> dict[str, Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_out_dir(out_dir)
     files = {name: out / name for name in ("compare.md", "compare.csv", "compare.json")}
     files["compare.md"].write_text(render_comparison_markdown(result), encoding="utf-8")
     result.frame.to_csv(files["compare.csv"], index=False, na_rep="")

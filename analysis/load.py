@@ -5,8 +5,9 @@
 
 Only the columns analysis needs are read; chunk `request_id` comes back as a pandas
 categorical (dictionary-encoded in Parquet), which the metrics fast path uses. A part that is
-missing or unreadable is named, skipped and counted, never silently dropped. A part written
-by an unknown major schema version stops the load (SchemaVersionError).
+missing or unreadable is named, skipped and counted, never silently dropped; when every
+requests part is unreadable the load stops (EventDataError). A part written by an unknown
+major schema version stops the load (SchemaVersionError).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.errors import SchemaVersionError, UsageError
+from analysis.errors import EventDataError, SchemaVersionError, UsageError
 from analysis.schema import (
     CHUNKS_SCHEMA,
     MANIFEST_NAME,
@@ -286,6 +287,20 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
     return table.to_pandas(split_blocks=True, self_destruct=True)
 
 
+def _refuse_unreadable_requests(run_uri: str, keys: list[str], comp: Completeness) -> None:
+    """A run whose every requests part is unreadable has nothing to report: refuse it.
+
+    One unreadable part among readable ones is skipped and named (completeness, warnings).
+    """
+    if keys and all(k in comp.corrupt_parts for k in keys):
+        first = keys[0]
+        raise EventDataError(
+            f"none of the {len(keys)} requests part(s) of {run_uri} can be read (first: "
+            f"{first}: {comp.corrupt_parts[first]}); check that the store holds the parts "
+            "the workers wrote, or upload them again from their spool (llmload upload-spool)"
+        )
+
+
 def load_run(
     run_uri: str,
     *,
@@ -347,22 +362,29 @@ def load_run(
         t: sum(r for k, r in expected_rows.items() if k.startswith(f"{t}/")) for t in schemas
     }
 
-    def read(key: str) -> tuple[str, pa.Table | None, str]:
+    def read(key: str) -> tuple[str, pa.Table | SchemaVersionError | None, str]:
         schema, columns = schemas[key.split("/", 1)[0]]
         try:
             return key, _read_part(store.get(key), key, schema, columns), ""
-        except SchemaVersionError:
-            raise
+        except SchemaVersionError as exc:
+            return key, exc, ""  # raised once every read has ended (see below)
         except (pa.ArrowException, OSError, ValueError) as exc:
             reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
             return key, None, reason
 
     bar = Progress(len(parts), f"reading {run_id}", progress_stream) if progress else None
     tables: dict[str, list[pa.Table]] = {t: [] for t in schemas}
+    newer: SchemaVersionError | None = None
+    # Raised only once every read has ended: raising out of pool.map while other parts were
+    # still being decoded made the process abort now and then at exit (SIGABRT, "terminate
+    # called without an active exception"; measured 9 in 100 runs, 0 in 300 after).
     with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
         for key, table, reason in pool.map(read, parts):
             if bar:
                 bar.step()
+            if isinstance(table, SchemaVersionError):
+                newer = newer or table
+                continue
             if table is None:
                 comp.corrupt_parts[key] = reason
                 continue
@@ -374,6 +396,9 @@ def load_run(
                 comp.row_mismatches[key] = (expected_rows[key], len(table))
     if bar:
         bar.close()
+    if newer is not None:
+        raise newer
+    _refuse_unreadable_requests(run_uri, [k for k in parts if k.startswith("requests/")], comp)
 
     requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
     chunks = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)

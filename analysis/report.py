@@ -21,6 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from analysis.clocks import clock_warnings
+from analysis.errors import UsageError
 from analysis.load import Completeness, RunData, load_run
 from analysis.metrics import compute_request_metrics
 from analysis.server_metrics import ServerMetrics
@@ -151,6 +152,18 @@ def write_tables(report: Report, out_dir: Path) -> dict[str, Path]:
     return files
 
 
+def make_out_dir(out_dir: str | Path) -> Path:
+    """Create an output directory; UsageError naming `--out` when it cannot be created."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the output directory {out} ({exc.strerror}); give a writable --out"
+        ) from None
+    return out
+
+
 def build_report(
     run_uri: str,
     out_dir: str | Path,
@@ -170,8 +183,7 @@ def build_report(
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     run = load_run(run_uri, progress=progress, progress_stream=progress_stream)
     report = summarize_run(run, slo)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_out_dir(out_dir)
     files = write_tables(report, out)
     files["report.md"] = out / "report.md"
     files["report.md"].write_text(render_markdown(report), encoding="utf-8")

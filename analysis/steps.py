@@ -44,6 +44,13 @@ CURVE_QUANTILES: Final = np.linspace(0.0, 1.0, 201)
 HIGH_ERROR_RATE: Final = 0.05
 """A step error rate above this earns a warning."""
 
+PROMPT_OFFSET_FROM: Final = 32
+"""Prompts asked for at least this many tokens should come out within PROMPT_OFFSET_MAX."""
+
+PROMPT_OFFSET_MAX: Final = 1.0
+"""A step whose prompts (of PROMPT_OFFSET_FROM tokens or more) came out further off the
+requested length than this, on average over its successful requests, earns a warning."""
+
 PER_REQUEST_COLUMNS: Final = (
     "request_id",
     "worker_id",
@@ -110,6 +117,8 @@ class _Arrays:
     status: np.ndarray
     error_kind: np.ndarray
     prompt_for_rate: np.ndarray
+    prompt_requested: np.ndarray  # per request: prompt_tokens_requested, NaN when unknown
+    prompt_offset: np.ndarray  # prompt_tokens - prompt_tokens_requested, NaN when unknown
     good: np.ndarray | None
     chunk_request: np.ndarray
     chunk_at: np.ndarray
@@ -136,8 +145,8 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
     sent = aligned_sent_ns(req, run.manifest)  # on the master's clock, like the windows
     status = req["status"].astype(str).to_numpy()
     ok = status == "ok"
-    prompt = _float(req, "prompt_tokens")
-    prompt = np.where(np.isnan(prompt), _float(req, "prompt_tokens_requested"), prompt)
+    reported, requested = _float(req, "prompt_tokens"), _float(req, "prompt_tokens_requested")
+    prompt = np.where(np.isnan(reported), requested, reported)
     chunk_request = chunk_request_index(req["request_id"], run.chunks["request_id"])
     known = chunk_request >= 0
     chunk_request = chunk_request[known]
@@ -150,6 +159,8 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         status=status,
         error_kind=req["error_kind"].to_numpy(object),
         prompt_for_rate=prompt,
+        prompt_requested=requested,
+        prompt_offset=reported - requested,
         good=slo.good(metrics.per_request, ok),
         chunk_request=chunk_request,
         chunk_at=sent[chunk_request] + offsets,
@@ -255,6 +266,7 @@ def _group_row(
             "window_source": window.source if window else None,
             "prompt_tokens_requested_mean": _mean(_float(req, "prompt_tokens_requested")[latency]),
             "prompt_tokens_mean": _mean(_float(req, "prompt_tokens")[latency]),
+            "prompt_tokens_offset_mean": _mean(np.abs(a.prompt_offset[latency])),
             "output_tokens_requested_mean": _mean(_float(req, "max_tokens")[latency]),
             "output_tokens_mean": _mean(_float(req, "output_tokens")[latency]),
         }
@@ -309,6 +321,24 @@ def _step_warnings(row: dict[str, Any]) -> list[str]:
     return out
 
 
+def _prompt_offset_warning(name: str, a: _Arrays, latency: np.ndarray) -> list[str]:
+    """A warning when the step's prompts came out more than PROMPT_OFFSET_MAX tokens off the
+    requested length on average (those asked for PROMPT_OFFSET_FROM tokens or more)."""
+    asked = latency & (a.prompt_requested >= PROMPT_OFFSET_FROM) & ~np.isnan(a.prompt_offset)
+    if not asked.any():
+        return []
+    offset = a.prompt_offset[asked]
+    off = float(np.abs(offset).mean())
+    if off <= PROMPT_OFFSET_MAX:
+        return []
+    return [
+        f"{name}: prompts came out {off:.1f} tokens off the requested length on average "
+        f"(mean {float(offset.mean()):+.1f}; {int(asked.sum())} successful requests of "
+        f"{PROMPT_OFFSET_FROM}+ tokens, server usage vs prompt_tokens_requested); give "
+        "--tokenizer with the served model's tokenizer for exact prompt lengths"
+    ]
+
+
 def _new(curves: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     curves.append({})
     return curves[-1]
@@ -325,6 +355,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
     steady = np.zeros(n, dtype=bool)
     rows: list[dict[str, Any]] = []
     windows: list[Window | None] = []
+    populations: list[np.ndarray] = []  # per row: its requests (`members`)
     curves: list[dict[str, np.ndarray]] = []
 
     if cold.any():
@@ -334,6 +365,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
             concurrency = int(req["concurrency"].to_numpy(np.int64)[cold].max())
         window = request_span(a.sent[cold], a.done[cold], "cold")
         windows.append(window)
+        populations.append(cold)
         rows.append(
             _group_row(
                 a,
@@ -355,6 +387,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         members = tagged & plan.window.contains(a.sent) if plan.window else np.zeros(n, bool)
         steady |= members
         windows.append(plan.window)
+        populations.append(members)
         rows.append(
             _group_row(
                 a,
@@ -371,9 +404,11 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
             )
         )
 
-    for row, window in zip(rows, windows, strict=True):
+    for row, window, population in zip(rows, windows, populations, strict=True):
         warnings.extend(_step_warnings(row))
         name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
+        if row["group"] == "step":
+            warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
         warnings.extend(a.health.warnings(name, window))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)

@@ -154,6 +154,23 @@ class FileStore:
         self._path(key).unlink(missing_ok=True)
 
 
+_NO_CREDENTIALS = "no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+_BAD_CREDENTIALS = "credentials refused: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+_NO_ENDPOINT = "store unreachable: check AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL) and the network"
+# What an S3 error code most likely means for a user, and what to change.
+_S3_HINTS = {
+    "NoCredentialsError": _NO_CREDENTIALS,
+    "PartialCredentialsError": _NO_CREDENTIALS,
+    "EndpointConnectionError": _NO_ENDPOINT,
+    "ConnectTimeoutError": _NO_ENDPOINT,
+    "InvalidAccessKeyId": _BAD_CREDENTIALS,
+    "SignatureDoesNotMatch": _BAD_CREDENTIALS,
+    "AccessDenied": "access denied: give credentials allowed to use bucket {bucket}",
+    "403": "forbidden: check the credentials and their access to bucket {bucket}",
+    "NoSuchBucket": "bucket {bucket} does not exist: create it or fix the events URI",
+}
+
+
 class S3Store:
     """An S3-compatible bucket and prefix, through boto3."""
 
@@ -192,7 +209,9 @@ class S3Store:
 
     def _fail(self, action: str, key: str, exc: Exception) -> StorageError:
         code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
-        return StorageError(f"S3 {action} of {key} in {self.uri} failed: {code}")
+        hint = _S3_HINTS.get(str(code), "").format(bucket=self.bucket)
+        hint = f" ({hint})" if hint else ""
+        return StorageError(f"S3 {action} of {key} in {self.uri} failed: {code}{hint}")
 
     def put(self, key: str, data: bytes, *, overwrite: bool = False) -> None:
         from botocore.exceptions import BotoCoreError, ClientError

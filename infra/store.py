@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -106,6 +107,11 @@ class LocalStore:
         startup_timeout: float = STARTUP_TIMEOUT_S,
     ) -> None:
         environ = os.environ if environ is None else environ
+        check_bucket_name(bucket)
+        if not 0 <= s3_port <= 65535:
+            raise UsageError(
+                f"port {s3_port} is not a TCP port; give --port 1..65535, or 0 for any"
+            )
         self.data_dir = Path(data_dir).resolve()
         self.bucket = bucket
         self.access_key = access_key or environ.get("AWS_ACCESS_KEY_ID") or _random_key(20)
@@ -178,8 +184,10 @@ class LocalStore:
         """Start SeaweedFS (same ports as before after a stop), wait for S3, create the bucket."""
         if self.running:
             return self
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         attempts = 1 if self.ports or self._requested_s3_port else 3
+        if not self.ports:
+            self.ports = self._choose_ports()  # a port in use fails before anything is written
+        self._make_data_dir()
         for attempt in range(attempts):
             if not self.ports:
                 self.ports = self._choose_ports()
@@ -193,6 +201,17 @@ class LocalStore:
                     raise
                 self.ports = {}  # another process took a port in between: choose again
         return self
+
+    def _make_data_dir(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "ab"):
+                pass
+        except OSError as exc:
+            raise UsageError(
+                f"cannot use {self.data_dir} as the store's data directory "
+                f"({exc.strerror}); give a writable --dir"
+            ) from None
 
     def _choose_ports(self) -> dict[str, int]:
         s3 = self._requested_s3_port
@@ -319,6 +338,15 @@ def _die_with_parent() -> None:
         pr_set_pdeathsig = 1
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def check_bucket_name(name: str) -> None:
+    """S3's bucket naming rules (3-63 lowercase letters, digits, '.', '-'); UsageError if not."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name) or ".." in name:
+        raise UsageError(
+            f"bucket name {name!r} is not valid in S3; use 3-63 lowercase letters, digits, "
+            "'-' or '.', starting and ending with a letter or digit (e.g. llmload)"
+        )
 
 
 def _random_key(length: int) -> str:

@@ -26,8 +26,11 @@ from locustfiles.master import (
     MSG_FINISHED,
     MSG_HELLO,
     MSG_PROBES,
+    MSG_WORKER_FAILED,
+    new_run_id,
     worker_identity,
 )
+from locustfiles.preflight import check_store_reachable, form_namespace, preflight
 from locustfiles.shape import StepShape
 from locustfiles.steps import MSG_STEP, MSG_STEP_QUERY, StepState
 from locustfiles.worker import WorkerContext, failure_for
@@ -89,19 +92,28 @@ def setup(environment: Any) -> None:
     environment.llmload_worker = None
     environment.llmload_coordinator = None
     if _is_master(runner) and environment.parsed_options is not None:
+        parsed = environment.parsed_options
         try:
-            chat_options.from_parsed(environment.parsed_options)
-            if not environment.host:
+            options = chat_options.from_parsed(parsed)
+            if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
+                # everything the options refer to, before any user starts (preflight.py)
+                run_id = options.run_id or new_run_id()
+                preflight(options, environment.host or "", run_id)
+                environment.llmload_next_run_id = run_id
+            elif not environment.host:
                 raise LlmloadError(
                     "no target: give --host URL (the server's base URL, e.g. http://127.0.0.1:8000)"
                 )
         except LlmloadError as exc:
             print(f"llmload: error: {exc}", file=sys.stderr)
             sys.exit(2)
+        if getattr(environment, "web_ui", None) is not None:
+            _check_web_ui_starts(environment)
 
     if _is_master(runner):
         runner.register_message(MSG_STEP_QUERY, _on_step_query)
         if isinstance(runner, MasterRunner):
+            runner.register_message(MSG_WORKER_FAILED, _on_worker_failed)
             runner.register_message(MSG_HELLO, _on_hello)
             runner.register_message(MSG_FINISHED, _on_finished)
             runner.register_message(MSG_CLOCK_REPLY, _on_clock_reply)
@@ -179,24 +191,86 @@ def _probe_reporter(environment: Any) -> Any:
     return lambda probes: _with_coordinator(environment, lambda c: c.add_probes(probes))
 
 
+def _check_web_ui_starts(environment: Any) -> None:
+    """Web UI: run the preflight on the start form's values; refuse to start on a problem.
+
+    Locust's form shows the `message` of a `/swarm` answer whose `success` is false.
+    """
+    from flask import jsonify, request
+
+    @environment.web_ui.app.before_request
+    def _swarm_preflight() -> Any:
+        if request.method != "POST" or not (request.endpoint or "").endswith("swarm"):
+            return None
+        if environment.runner.state in ("spawning", "running"):
+            return None  # editing a run that is going: it passed its preflight
+        try:
+            parsed = form_namespace(environment.parsed_options, request.form)
+            host = str(request.form.get("host") or environment.host or "")
+            options = chat_options.from_parsed(parsed)
+            run_id = options.run_id or new_run_id()
+            preflight(options, host, run_id)
+        except LlmloadError as exc:
+            log.error("llmload: error: %s", exc)
+            return jsonify({"success": False, "message": f"llmload: {exc}", "host": host})
+        environment.llmload_next_run_id = run_id
+        return None
+
+
 def _start_worker(environment: Any) -> None:
-    options = chat_options.from_parsed(environment.parsed_options)
-    run_id = environment.parsed_options.run_id
     runner = environment.runner
-    index = getattr(runner, "worker_index", 0) or 0
-    ctx = WorkerContext(
-        options,
-        run_id,
-        worker_identity(),
-        environment.host or "",
-        index,
-        environment.llmload_step,
-        report_probes=_probe_reporter(environment),
-    )
+    identity = worker_identity()
+    try:
+        options = chat_options.from_parsed(environment.parsed_options)
+        run_id = environment.parsed_options.run_id
+        check_store_reachable(options, run_id)
+        ctx = WorkerContext(
+            options,
+            run_id,
+            identity,
+            environment.host or "",
+            getattr(runner, "worker_index", 0) or 0,
+            environment.llmload_step,
+            report_probes=_probe_reporter(environment),
+        )
+    except LlmloadError as exc:  # this worker cannot send: the run must not go on without it
+        _worker_cannot_start(environment, identity, str(exc))
+        return
+    except Exception as exc:  # e.g. its spool directory: the same, with the exception named
+        log.exception("llmload: worker start-up failed")
+        _worker_cannot_start(environment, identity, f"{type(exc).__name__}: {exc}")
+        return
     environment.llmload_worker = ctx
     if isinstance(runner, WorkerRunner):
         runner.send_message(MSG_HELLO, ctx.identity)
         runner.send_message(MSG_STEP_QUERY, {})
+
+
+def _worker_cannot_start(environment: Any, identity: dict[str, Any], cause: str) -> None:
+    """Tell the master (or, in one process, stop the run) and exit non-zero."""
+    runner = environment.runner
+    line = f"worker {identity['worker_id']} on {identity['host']} cannot start: {cause}"
+    print(f"llmload: error: {line}", file=sys.stderr, flush=True)
+    environment.process_exit_code = 2
+    if isinstance(runner, WorkerRunner):
+        try:
+            runner.send_message(MSG_WORKER_FAILED, {**identity, "error": cause})
+        except RPCError:
+            log.error("llmload: could not tell the master that this worker cannot start")
+    gevent.spawn_later(0.2, runner.quit)
+
+
+def _on_worker_failed(environment: Any, msg: Any, **_: Any) -> None:
+    """Master: a worker cannot start (its tokenizer, dataset or store): stop the run."""
+    data = msg.data if isinstance(msg.data, dict) else {}
+    print(
+        f"llmload: error: worker {data.get('worker_id', msg.node_id)} on {data.get('host', '?')} "
+        f"cannot start: {data.get('error', 'unknown cause')}; the run is stopped",
+        file=sys.stderr,
+        flush=True,
+    )
+    environment.process_exit_code = 2
+    gevent.spawn(environment.runner.quit)
 
 
 def _close_worker(environment: Any) -> dict[str, Any] | None:
@@ -219,6 +293,8 @@ def _on_test_stop(environment: Any) -> None:
     runner = environment.runner
     local_report = _close_worker(environment) if _is_worker(runner) else None
     if _is_master(runner):
+        if isinstance(runner, LocalRunner):  # one process: the local worker's report, if any
+            local_report = local_report or {"worker_id": None, "sink": None}
         _with_coordinator(
             environment,
             lambda c: c.finish(local_report if isinstance(runner, LocalRunner) else None),

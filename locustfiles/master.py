@@ -40,6 +40,7 @@ log = logging.getLogger("llmload.master")
 MSG_FINISH = "llmload_finish"
 MSG_FINISHED = "llmload_finished"
 MSG_HELLO = "llmload_hello"
+MSG_WORKER_FAILED = "llmload_worker_failed"  # worker -> master: it cannot start (why)
 MSG_PROBES = "llmload_probes"  # worker -> master: the probes it sent ({"probes": [...]})
 MSG_CLOCK = "llmload_clock"  # master -> worker: {"t1": master time_ns}
 MSG_CLOCK_REPLY = "llmload_clock_reply"  # worker -> master: {"t1": ..., "t2": worker time_ns}
@@ -337,7 +338,9 @@ def begin_run(environment: Any) -> RunCoordinator | None:
         log.error("llmload: %s", exc)
         return None
     used: set[str] = getattr(environment, "llmload_run_ids", set())
-    run_id = options.run_id or new_run_id()
+    # the id the preflight wrote the first manifest under, else the option, else a new one
+    run_id = getattr(environment, "llmload_next_run_id", None) or options.run_id or new_run_id()
+    environment.llmload_next_run_id = None
     if run_id in used:
         run_id = f"{run_id}-{len(used) + 1}"
     used.add(run_id)

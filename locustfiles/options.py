@@ -8,7 +8,9 @@ request with one line naming the option and the fix, exit status 2.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,7 @@ from locustfiles.workloads import Workload, parse_workload
 
 DEFAULT_WORKLOAD = "D(128,64)"
 DEFAULT_STEPS = "1,2,4,8"
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 def _opt(name: str, **kwargs: Any) -> tuple[str, dict[str, Any]]:
@@ -74,6 +77,8 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
          help="JSON object of run facts (hardware, revision, launch_args...) added to the manifest config"),
     _opt("--scrape-interval", type=float, default=2.0,
          help="seconds between scrapes of the target's Prometheus /metrics by the master (0: off)"),
+    _opt("--wait-ready", type=float, default=0.0,
+         help="seconds to wait for a target that is still starting (0: it must answer at once, within --connect-timeout)"),
     _opt("--gc-freeze", default="on", choices=["on", "off"],
          help="freeze start-up objects out of the garbage collector (gc.freeze) so full collections during the run stay short"),
 ]  # fmt: skip
@@ -116,6 +121,7 @@ class ChatOptions:
     metadata: dict[str, Any]
     scrape_interval: float = 2.0
     gc_freeze: bool = True
+    wait_ready: float = 0.0
 
     @property
     def path(self) -> str:
@@ -134,10 +140,27 @@ class ChatOptions:
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    if value < 0 or (value == 0 and not allow_zero):
+    """A number of seconds: finite, > 0 (or >= 0 where 0 means off)."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise UsageError(f"--{name} must be {bound}, not {value}")
+        raise UsageError(f"--{name} must be {bound} seconds, not {value}")
     return value
+
+
+def _at_least(name: str, value: int, minimum: int) -> int:
+    if value < minimum:
+        raise UsageError(f"--{name} must be an integer >= {minimum}, not {value}")
+    return value
+
+
+def parse_run_id(text: str) -> str:
+    """--run-id: empty (generated) or a name that is safe as one path segment of the store."""
+    if text and not RUN_ID_PATTERN.fullmatch(text):
+        raise UsageError(
+            f"--run-id {text!r} must be letters, digits, '.', '_' or '-' "
+            "(it names a folder in the events store), e.g. --run-id baseline-1"
+        )
+    return text
 
 
 def parse_steps(text: str) -> tuple[int, ...]:
@@ -148,7 +171,9 @@ def parse_steps(text: str) -> tuple[int, ...]:
             f"--steps {text!r} is not a list of integers; use e.g. --steps 1,2,4,8"
         ) from None
     if not steps or any(s < 1 for s in steps):
-        raise UsageError(f"--steps {text!r} needs at least one concurrency, each >= 1")
+        raise UsageError(
+            f"--steps {text!r} needs at least one concurrency, each >= 1; e.g. --steps 1,2,4,8"
+        )
     return steps
 
 
@@ -177,17 +202,23 @@ def from_parsed(ns: Any) -> ChatOptions:
     """Validate Locust's parsed options into ChatOptions; UsageError names the problem."""
     extra = _json_object("--extra-body", ns.extra_body, '{"temperature": 0}')
     if not 0 <= ns.cancel_rate <= 1:
-        raise UsageError(f"--cancel-rate must be between 0 and 1, not {ns.cancel_rate}")
-    if ns.cold_requests < 0 or ns.shared_prefix_tokens < 0:
-        raise UsageError("--cold-requests and --shared-prefix-tokens must be >= 0")
-    if ns.cancel_after_tokens < 1:
-        raise UsageError("--cancel-after-tokens must be >= 1")
+        raise UsageError(
+            f"--cancel-rate must be between 0 and 1, not {ns.cancel_rate} (e.g. 0.1: one in ten)"
+        )
+    _at_least("cold-requests", ns.cold_requests, 0)
+    _at_least("shared-prefix-tokens", ns.shared_prefix_tokens, 0)
+    _at_least("cancel-after-tokens", ns.cancel_after_tokens, 1)
+    _positive("step-duration", ns.step_duration)
+    _positive("step-warmup", ns.step_warmup, allow_zero=True)
     if ns.step_warmup >= ns.step_duration:
         raise UsageError(
             f"--step-warmup ({ns.step_warmup}) must be shorter than --step-duration ({ns.step_duration})"
         )
     if not ns.api_key_env.replace("_", "").isalnum():
-        raise UsageError(f"--api-key-env {ns.api_key_env!r} must be an environment variable name")
+        raise UsageError(
+            f"--api-key-env {ns.api_key_env!r} must be an environment variable name, "
+            "e.g. OPENAI_API_KEY"
+        )
     from analysis.storage import open_store
 
     open_store(ns.events_uri)  # raises UsageError for unusable URIs
@@ -202,7 +233,7 @@ def from_parsed(ns: Any) -> ChatOptions:
         step_warmup=_positive("step-warmup", ns.step_warmup, allow_zero=True),
         cold_requests=ns.cold_requests,
         events_uri=ns.events_uri,
-        run_id=ns.run_id,
+        run_id=parse_run_id(ns.run_id),
         request_timeout=_positive("request-timeout", ns.request_timeout),
         ttft_timeout=_positive("ttft-timeout", ns.ttft_timeout, allow_zero=True) or None,
         stall_timeout=_positive("stall-timeout", ns.stall_timeout, allow_zero=True) or None,
@@ -223,4 +254,5 @@ def from_parsed(ns: Any) -> ChatOptions:
             "scrape-interval", getattr(ns, "scrape_interval", 2.0), allow_zero=True
         ),
         gc_freeze=getattr(ns, "gc_freeze", "on") == "on",
+        wait_ready=_positive("wait-ready", getattr(ns, "wait_ready", 0.0), allow_zero=True),
     )

@@ -188,7 +188,7 @@ class WorkerContext:
             data = (doc.get("data") if isinstance(doc, dict) else None) or []
             self.model = data[0].get("id") if status == 200 and data else None
             log.info("llmload: model %s (from /v1/models)", self.model)
-        tiny = self.prompts.words(4, random.Random(1))
+        tiny = self.prompts.text(4, random.Random(1))
         if self.options.ignore_eos == "auto":
             body = self.body(tiny, None, 2, stream=False, probe=True)
             body["ignore_eos"] = True

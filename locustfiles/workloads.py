@@ -11,7 +11,9 @@ Grammar (weights optional, normalised; components joined with `+`):
                                        optional "prompt_tokens" (its known length)
 
 Sampling is seeded and reproducible: the same seed and worker index give the same sequence.
-Lengths below 1 are clamped to 1 with one warning per component.
+Lengths that cannot be right are refused when the spec is parsed: a D length, an N mean or a
+U minimum below 1, a negative N sd, a U minimum above its maximum, a weight that is not > 0.
+An N draw that falls below 1 is clamped to 1, with one warning per component.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
 _PAIR = rf"\({_NUM},{_NUM}\)"
 _COMPONENT = re.compile(
-    rf"^\s*(?:(?P<weight>\d+(?:\.\d+)?)\s*\*)?\s*(?:"
+    rf"^\s*(?:(?P<weight>-?\d+(?:\.\d+)?)\s*\*)?\s*(?:"
     rf"D{_PAIR}"
     rf"|(?P<dist>[NU]){_PAIR}\s*/\s*{_PAIR}"
     rf")\s*$"
@@ -128,33 +130,74 @@ class WorkloadSampler:
         return spec
 
 
+def _dataset_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
+    """One line of a dataset, checked: a prompt that can be sent, lengths >= 1."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path}:{lineno}: not valid JSON ({exc.msg}); give one JSON object per line"
+        ) from None
+    prompt, messages = (row.get("prompt"), row.get("messages")) if isinstance(row, dict) else (0, 0)
+    if not (isinstance(prompt, str) and prompt) and not (isinstance(messages, list) and messages):
+        raise UsageError(
+            f'{path}:{lineno}: each line needs a non-empty "prompt" string or "messages" list'
+        )
+    for key in ("max_tokens", "prompt_tokens"):
+        value = row.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise UsageError(f"{path}:{lineno}: {key} must be an integer >= 1, not {value!r}")
+    return dict(row)
+
+
 def _load_dataset(spec: str) -> _Dataset:
-    path = Path(spec.split(":", 1)[1])
-    if not path.is_file():
+    text = spec.split(":", 1)[1].strip()
+    if not text:
+        raise UsageError("workload dataset: no path given; use dataset:PATH.jsonl")
+    path = Path(text)
+    if not path.exists():
         raise UsageError(f"workload dataset {path} does not exist; give dataset:PATH.jsonl")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(row, dict) or not (
-                isinstance(row.get("prompt"), str) or isinstance(row.get("messages"), list)
-            ):
-                raise UsageError(
-                    f'{path}:{lineno}: each line needs a "prompt" string or a "messages" list'
-                )
-            for key in ("max_tokens", "prompt_tokens"):
-                value = row.get(key)
-                if value is not None and (not isinstance(value, int) or value < 1):
-                    raise UsageError(f"{path}:{lineno}: {key} must be a positive integer")
-            rows.append(row)
+    if not path.is_file():
+        raise UsageError(f"workload dataset {path} is not a file; give dataset:PATH.jsonl")
+    try:
+        with path.open(encoding="utf-8") as fh:
+            rows = [_dataset_row(path, n, line) for n, line in enumerate(fh, 1) if line.strip()]
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"workload dataset {path} is not UTF-8 text; give a JSON-lines file"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read workload dataset {path}: {exc.strerror}") from None
     if not rows:
-        raise UsageError(f"workload dataset {path} has no prompts")
+        raise UsageError(
+            f'workload dataset {path} has no prompts; give one JSON object per line with "prompt"'
+        )
     return _Dataset(f"dataset:{path.name}", rows)
+
+
+_EXAMPLES = {"D": "D(128,64)", "N": "N(2048,512)/(256,64)", "U": "U(64,256)/(16,128)"}
+
+
+def _check_lengths(comp: _Lengths) -> None:
+    """Refuse lengths no request can have (a token count below 1), naming the component."""
+
+    def need(ok: bool, problem: str) -> None:
+        if not ok:
+            raise UsageError(f"workload {comp.name}: {problem}; e.g. {_EXAMPLES[comp.kind]}")
+
+    if comp.kind == "D":
+        for what, value in (("prompt", comp.a_in), ("output", comp.b_in)):
+            need(value >= 1, f"the {what} length must be >= 1 token, not {value:g}")
+        return
+    for what, a, b in (("prompt", comp.a_in, comp.b_in), ("output", comp.a_out, comp.b_out)):
+        if comp.kind == "N":
+            need(a >= 1, f"the {what} mean of N(mean,sd) must be >= 1 token, not {a:g}")
+            need(b >= 0, f"the {what} sd of N(mean,sd) needs sd >= 0, not {b:g}")
+        else:
+            need(a >= 1, f"the {what} min of U(min,max) must be >= 1 token, not {a:g}")
+            need(a <= b, f"the {what} bounds of U(min,max) need min <= max, not {a:g} > {b:g}")
 
 
 def parse_workload(spec: str) -> Workload:
@@ -175,18 +218,18 @@ def parse_workload(spec: str) -> Workload:
         groups = m.groups()  # weight, D's two numbers, N/U letter, N/U's four numbers
         nums = [float(g) for i, g in enumerate(groups) if i not in (0, 3) and g is not None]
         kind = m.group("dist") or "D"
-        name = re.sub(r"^\s*\d+(?:\.\d+)?\s*\*\s*", "", part).replace(" ", "")
+        name = re.sub(r"^\s*-?\d+(?:\.\d+)?\s*\*\s*", "", part).replace(" ", "")
         if kind == "D":
             comp = _Lengths(name, "D", nums[0], nums[1], 0, 0)
         else:
             comp = _Lengths(name, kind, nums[0], nums[1], nums[2], nums[3])
-        if kind == "U" and (comp.a_in > comp.b_in or comp.a_out > comp.b_out):
-            raise UsageError(f"workload {name}: U(min,max) needs min <= max")
-        if kind == "N" and (comp.b_in < 0 or comp.b_out < 0):
-            raise UsageError(f"workload {name}: N(mean,sd) needs sd >= 0")
+        _check_lengths(comp)
         weight = float(m.group("weight")) if m.group("weight") else 1.0
         if weight <= 0:
-            raise UsageError(f"workload {name}: weight must be positive")
+            raise UsageError(
+                f"workload {name}: weight must be positive, not {weight:g}; "
+                "e.g. 0.7*D(128,64)+0.3*D(2048,256)"
+            )
         components.append(comp)
         weights.append(weight)
     return Workload(text, components, weights)

@@ -3,14 +3,16 @@
     campaign = load_campaign("examples/sim-campaign.yaml")   # or parse_campaign(mapping)
     campaign.workload[0].spec, campaign.steps, campaign.engine.metadata()
 
-Every key, its type, default and meaning: docs/campaign-config.md. Any problem (unknown
-key, wrong type, bad workload or SLO) raises UsageError with one line naming the file, the
-key and the fix, before anything is started.
+Every key, its type, default and meaning: docs/campaign-config.md. Any problem raises
+UsageError with one line naming the file, the key and the fix, before anything is started:
+first every unknown key and every missing required key of the file, all in one message,
+then the first value that cannot be right (wrong type, bad workload or SLO, a zero step).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -122,6 +124,7 @@ def load_campaign(path: Path | str) -> Campaign:
 
 def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
     """Validate a parsed mapping into a Campaign."""
+    _check_keys(data, source)
     top = _Section(data, source, "")
     target_sec = top.section("target", required=True)
     target = Target(
@@ -129,10 +132,8 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         model=target_sec.string("model", Target.model),
         api_key_env=target_sec.env_name("api_key_env", Target.api_key_env),
     )
-    target_sec.done(Target)
     engine_sec = top.section("engine")
     engine = Engine(**{f.name: engine_sec.text_or_list(f.name) for f in fields(Engine)})
-    engine_sec.done(Engine)
     workers = top.workers("workers")
     expect = top.integer("expect_workers", None, minimum=1)
     if workers != EXTERNAL:
@@ -156,12 +157,11 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         expect_workers=int(expect or 0),
         worker_wait=top.number("worker_wait", Campaign.worker_wait, positive=True),
         master_bind_host=top.string("master_bind_host", Campaign.master_bind_host),
-        master_port=top.integer("master_port", Campaign.master_port, minimum=0) or 0,
+        master_port=top.integer("master_port", Campaign.master_port, minimum=0, maximum=65535) or 0,
         report_dir=top.string("report_dir", Campaign.report_dir),
         engine=engine,
         extra=top.extra("extra"),
     )
-    top.done(Campaign)
     if campaign.step_warmup >= campaign.step_duration:
         top.fail("step_warmup", f"must be shorter than step_duration ({campaign.step_duration})")
     if campaign.fail_on_slo and not _has_objectives(campaign.slo):
@@ -186,7 +186,7 @@ def _check_events_uri(top: _Section, uri: str) -> None:
 
 
 class _Section:
-    """One mapping of the file: typed getters that record which keys were read."""
+    """One mapping of the file and typed getters for its keys (known keys: _check_keys)."""
 
     def __init__(self, data: Any, source: str, path: str) -> None:
         self.source, self.path = source, path
@@ -196,7 +196,6 @@ class _Section:
             where = f"key {path!r}" if path else "the file"
             raise UsageError(f"{source}: {where} must be a mapping of keys, not {_kind(data)}")
         self.data: Mapping[str, Any] = data
-        self.read: set[str] = set()
 
     def fail(self, key: str, problem: str) -> None:
         raise UsageError(f"{self.source}: key {self._full(key)!r} {problem}")
@@ -205,23 +204,10 @@ class _Section:
         return f"{self.path}.{key}" if self.path else key
 
     def _get(self, key: str, required: bool = False) -> Any:
-        self.read.add(key)
         value = self.data.get(key)
         if value is None and required:
             self.fail(key, "is required")
         return value
-
-    def done(self, cls: type) -> None:
-        """Unknown keys are errors: name the closest known key."""
-        known = [f.name for f in fields(cls)]
-        for key in self.data:
-            if key not in self.read:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
-                raise UsageError(
-                    f"{self.source}: unknown key {self._full(str(key))!r}; {hint} "
-                    "(docs/campaign-config.md)"
-                )
 
     def section(self, key: str, required: bool = False) -> _Section:
         return _Section(self._get(key, required), self.source, self._full(key))
@@ -282,11 +268,13 @@ class _Section:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(key, f"must be a number of seconds, not {value!r}")
-        if value < 0 or (positive and value == 0):
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
             self.fail(key, f"must be {'> 0' if positive else '>= 0'}, not {value}")
         return float(value)
 
-    def integer(self, key: str, default: int | None, minimum: int) -> int | None:
+    def integer(
+        self, key: str, default: int | None, minimum: int, maximum: int | None = None
+    ) -> int | None:
         value = self._get(key)
         if value is None:
             return default
@@ -294,6 +282,8 @@ class _Section:
             self.fail(key, f"must be an integer, not {value!r}")
         if value < minimum:
             self.fail(key, f"must be >= {minimum}, not {value}")
+        if maximum is not None and value > maximum:
+            self.fail(key, f"must be <= {maximum}, not {value}")
         return int(value)
 
     def workers(self, key: str) -> int | Literal["external"]:
@@ -334,7 +324,6 @@ class _Section:
             spec = sec.string("spec", "")
             if not name or not spec:
                 sec.fail("name" if not name else "spec", "is required in every workload entry")
-            sec.done(NamedWorkload)
             out.append(NamedWorkload(name, self._spec(f"{key}[{i}].spec", spec)))
         names = [w.name for w in out]
         if len(set(names)) != len(names):
@@ -372,6 +361,48 @@ class _Section:
             if flag in OWNED_FLAGS:
                 self.fail(key, f"sets {flag}, which the campaign controls: use {OWNED_FLAGS[flag]}")
         return args
+
+
+# Keys a file must give, by section; the other keys of each section have defaults.
+REQUIRED: Final = {"": ("target", "workload"), "target": ("url",), "workload[]": ("name", "spec")}
+
+
+def _check_keys(data: Any, source: str) -> None:
+    """Every unknown key and every missing required key of the file, named in one line.
+
+    Runs before any value is checked, so one correction round fixes every key.
+    """
+    unknown: list[str] = []
+    missing: list[str] = []
+
+    def visit(mapping: Any, cls: type, path: str, required: tuple[str, ...] = ()) -> None:
+        if not isinstance(mapping, Mapping):
+            return  # a value that is not a mapping is reported by _Section
+        known = [f.name for f in fields(cls)]
+        prefix = f"{path}." if path else ""
+        for key in map(str, mapping):
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                unknown.append(f"{prefix + key!r}{hint}")
+        missing.extend(repr(prefix + k) for k in required if mapping.get(k) is None)
+
+    visit(data, Campaign, "", REQUIRED[""])
+    if isinstance(data, Mapping):
+        visit(data.get("target"), Target, "target", REQUIRED["target"])
+        visit(data.get("engine"), Engine, "engine")
+        workloads = data.get("workload")
+        for i, item in enumerate(workloads if isinstance(workloads, list) else []):
+            visit(item, NamedWorkload, f"workload[{i}]", REQUIRED["workload[]"])
+    problems = []
+    if unknown:
+        problems.append(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    if missing:
+        problems.append(
+            f"missing required key{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+        )
+    if problems:
+        raise UsageError(f"{source}: {'; '.join(problems)} (docs/campaign-config.md)")
 
 
 def _kind(value: Any) -> str:

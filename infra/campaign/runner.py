@@ -124,6 +124,12 @@ def run_workload(
                 f"the Locust master of run {run_id} exited with status {master.returncode}; "
                 f"log {children.log_path('master')}:\n{tail}"
             )
+        for name, worker in workers.items():  # a worker that failed while its master ended
+            if worker.returncode not in (None, 0):
+                raise CampaignError(
+                    f"{name} of run {run_id} exited with status {worker.returncode}; "
+                    f"log {children.log_path(name)}:\n{children.log_tail(name)}"
+                )
 
 
 def _wait_for_master(

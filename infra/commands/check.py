@@ -69,8 +69,8 @@ def _base_url(url: str) -> str:
 
 
 def _positive(name: str, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise UsageError(f"--{name} must be > 0, not {value}")
+    if value is not None and not (0 < value < float("inf")):
+        raise UsageError(f"--{name} must be > 0 seconds, not {value}")
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -78,7 +78,10 @@ def build_config(args: argparse.Namespace) -> Any:
 
     url = _base_url(args.url)
     if not args.api_key_env.replace("_", "").isalnum():
-        raise UsageError(f"--api-key-env {args.api_key_env!r} must be an environment variable name")
+        raise UsageError(
+            f"--api-key-env {args.api_key_env!r} must be an environment variable name, "
+            "e.g. OPENAI_API_KEY"
+        )
     if args.ready_timeout is not None and not args.wait_ready:
         raise UsageError("--ready-timeout needs --wait-ready")
     for name in ("timeout", "ready_timeout", "release_timeout"):

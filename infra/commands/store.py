@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--port",
         type=int,
-        default=int(os.environ.get("LLMLOAD_STORE_PORT", "8333")),
+        default=os.environ.get("LLMLOAD_STORE_PORT", "8333"),  # argparse applies type=int
         help="S3 port on 127.0.0.1, 0 for any free port (env LLMLOAD_STORE_PORT; default 8333)",
     )
     parser.add_argument(

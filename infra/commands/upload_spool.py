@@ -42,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.events_uri:
         raise UsageError("no events URI: give --events-uri or set LLMLOAD_EVENTS_URI")
     if not args.dir.is_dir():
-        raise UsageError(f"spool directory {args.dir} does not exist")
+        raise UsageError(
+            f"spool directory {args.dir} does not exist; give the worker's --spool-dir "
+            "(default: <system temp>/llmload-spool)"
+        )
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="llmload: %(message)s")
     report = upload_spool(

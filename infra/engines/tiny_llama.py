@@ -1,6 +1,6 @@
 """A tiny random-weight Llama with a locally trained BPE tokenizer: a real model, no hub.
 
-    python -m infra.engines.tiny_llama OUT_DIR [--no-eos] [--force]
+    python -m infra.engines.tiny_llama OUT_DIR [--no-eos] [--small-vocab] [--force]
 
 writes a `save_pretrained` directory (config, safetensors weights, generation config,
 tokenizer with a chat template) that `transformers serve OUT_DIR` loads offline, and that
@@ -18,6 +18,11 @@ is exactly one token and the template adds a constant number of tokens.
 never emits its EOS (nor any other token without text), so every request runs to its
 `max_tokens` and every token arrives as text — forced output lengths on a server that
 refuses `ignore_eos`, set at launch for all requests.
+
+`--small-vocab` builds it with a byte-level BPE of 400 tokens trained on made-up words
+instead: fewer than 50 of llmload's prompt words are one token, so exact prompts must be made
+of the tokenizer's own tokens (locustfiles/pieces.py), and without a tokenizer the prompt
+calibration cannot be exact (each word takes a varying number of tokens).
 
 Needs the engine environment (requirements-engine.txt: torch, transformers, tokenizers).
 """
@@ -58,6 +63,8 @@ RECIPE: dict[str, Any] = {
     # weights repeats one token forever.
     "generation": {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0},
 }
+# What --small-vocab changes in the recipe.
+SMALL_VOCAB: dict[str, Any] = {"vocab_size": 400, "corpus": "made-up words"}
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -67,12 +74,20 @@ OFFLINE_ENV = {
 }
 
 
-def corpus(seed: int, lines: int) -> list[str]:
-    """ASCII sentences over llmload's prompt words (Zipf-weighted) plus numbers and punctuation."""
-    from locustfiles.prompts import _WORDS
+def made_up_words(rng: random.Random, count: int = 2000) -> list[str]:
+    """Words of one to four syllables (consonant + vowel): nothing like English."""
+    syllables = [c + v for c in "bcdfghjklmnprstvwyz" for v in "aeiou"]
+    return list(dict.fromkeys("".join(rng.choices(syllables, k=rng.randint(1, 4)))
+                              for _ in range(count)))  # fmt: skip
 
-    words = list(dict.fromkeys(_WORDS))
+
+def corpus(seed: int, lines: int, kind: str = "prompt words") -> list[str]:
+    """ASCII sentences over llmload's prompt words, or over made-up words (Zipf-weighted),
+    plus numbers and punctuation."""
+    from locustfiles.pieces import WORDS
+
     rng = random.Random(seed)
+    words = list(dict.fromkeys(WORDS)) if kind == "prompt words" else made_up_words(rng)
     weights = [1.0 / (i + 10) for i in range(len(words))]
     out = []
     for _ in range(lines):
@@ -103,15 +118,16 @@ def train_tokenizer(recipe: dict[str, Any]) -> Any:
         initial_alphabet=[],  # only characters seen in the corpus: ASCII, no stray bytes
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(recipe["seed"], recipe["corpus_lines"]), trainer)
+    lines = corpus(recipe["seed"], recipe["corpus_lines"], recipe.get("corpus", "prompt words"))
+    tok.train_from_iterator(lines, trainer)
     return tok
 
 
 def tokenizer_checks(tok: Any) -> dict[str, int]:
     """How many prompt words are one token, and how many tokens re-encode to themselves."""
-    from locustfiles.prompts import _WORDS
+    from locustfiles.pieces import WORDS
 
-    words = list(dict.fromkeys(_WORDS))
+    words = list(dict.fromkeys(WORDS))
     single = sum(len(tok.encode(" " + w, add_special_tokens=False).ids) == 1 for w in words)
     special = tok.token_to_id(SPECIAL)
     roundtrip_failures = 0
@@ -129,8 +145,8 @@ def tokenizer_checks(tok: Any) -> dict[str, int]:
     }
 
 
-def recipe_for(no_eos: bool = False) -> dict[str, Any]:
-    return {**RECIPE, "no_eos": no_eos}
+def recipe_for(no_eos: bool = False, small_vocab: bool = False) -> dict[str, Any]:
+    return {**RECIPE, "no_eos": no_eos, **(SMALL_VOCAB if small_vocab else {})}
 
 
 def _matches(out_dir: Path, recipe: dict[str, Any]) -> bool:
@@ -141,10 +157,15 @@ def _matches(out_dir: Path, recipe: dict[str, Any]) -> bool:
     return bool(marker.get("recipe") == recipe and (out_dir / "tokenizer.json").is_file())
 
 
-def build(out_dir: str | os.PathLike[str], force: bool = False, no_eos: bool = False) -> Path:
+def build(
+    out_dir: str | os.PathLike[str],
+    force: bool = False,
+    no_eos: bool = False,
+    small_vocab: bool = False,
+) -> Path:
     """Build the model directory at `out_dir`, or reuse it if it holds the same recipe."""
     out = Path(out_dir).resolve()
-    recipe = recipe_for(no_eos)
+    recipe = recipe_for(no_eos, small_vocab)
     if not force and _matches(out, recipe):
         return out
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -225,9 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-eos", action="store_true", help="never emit EOS: every output reaches max_tokens"
     )
+    parser.add_argument(
+        "--small-vocab",
+        action="store_true",
+        help="a 400-token byte-level BPE trained on made-up words (few whole English words)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if it exists")
     args = parser.parse_args(argv)
-    out = build(args.out_dir, force=args.force, no_eos=args.no_eos)
+    out = build(args.out_dir, force=args.force, no_eos=args.no_eos, small_vocab=args.small_vocab)
     marker = json.loads((out / MARKER).read_text())
     print(f"{out} ({marker['parameters']} parameters, tokenizer {marker['tokenizer']})")
     return 0

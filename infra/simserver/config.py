@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,15 +32,28 @@ class SimConfig:
         return self.model_name or f"llmload-sim-{self.profile.name}"
 
     def check(self) -> None:
+        """Refuse values that cannot be right, naming the option (`llmload sim` flags)."""
         self.profile.check()
         self.faults.check()
         if not 0 <= self.port <= 65535:
-            raise UsageError(f"port must be in 0..65535, got {self.port}")
-        if self.time_scale <= 0:
-            raise UsageError(f"time-scale must be > 0, got {self.time_scale}")
+            raise UsageError(f"--port must be in 0..65535 (0: any free port), not {self.port}")
+        if not (math.isfinite(self.time_scale) and self.time_scale > 0):
+            raise UsageError(
+                f"--time-scale must be > 0 (0.1: ten times faster), not {self.time_scale}"
+            )
         if self.queue_full_status not in (429, 503):
-            raise UsageError(f"queue-full-status must be 429 or 503, got {self.queue_full_status}")
-        if self.drain_seconds < 0:
-            raise UsageError("drain-seconds must be >= 0")
+            raise UsageError(
+                f"--queue-full-status must be 429 or 503, not {self.queue_full_status}"
+            )
+        if not (math.isfinite(self.drain_seconds) and self.drain_seconds >= 0):
+            raise UsageError(f"--drain-seconds must be >= 0 seconds, not {self.drain_seconds}")
         if self.model_name is not None and not self.model_name.strip():
-            raise UsageError("model-name must not be empty")
+            raise UsageError("--model-name must not be empty; leave it out for the default")
+        for flag, path in (("--truth-log", self.truth_log), ("--port-file", self.port_file)):
+            if path is not None and not Path(path).parent.is_dir():
+                raise UsageError(
+                    f"{flag} {path}: folder {Path(path).parent} does not exist; "
+                    "give a file in an existing, writable folder"
+                )
+            if path is not None and Path(path).is_dir():
+                raise UsageError(f"{flag} {path} is a folder; give a file name")

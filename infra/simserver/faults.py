@@ -7,6 +7,14 @@ from dataclasses import dataclass
 
 from analysis.errors import UsageError
 
+RATE_FLAGS = {
+    "error_rate": "--fault-500-rate",
+    "drop_rate": "--fault-drop-rate",
+    "malformed_rate": "--fault-malformed-rate",
+    "stall_rate": "--fault-stall-rate",
+    "slow_header_rate": "--fault-slow-header-rate",
+}
+
 
 @dataclass(frozen=True)
 class FaultConfig:
@@ -21,13 +29,17 @@ class FaultConfig:
     slow_header_seconds: float = 2.0
 
     def check(self) -> None:
-        for name in ("error_rate", "drop_rate", "malformed_rate", "stall_rate", "slow_header_rate"):
+        """Refuse rates outside [0, 1] and negative durations, naming the `llmload sim` flag."""
+        for name, flag in RATE_FLAGS.items():
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise UsageError(f"fault {name.replace('_', '-')} must be in [0, 1], got {value}")
+                raise UsageError(
+                    f"{flag} must be in [0, 1] (0.01: one request in 100), not {value}"
+                )
         for name in ("stall_seconds", "slow_header_seconds"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"{name.replace('_', '-')} must be >= 0")
+            value = getattr(self, name)
+            if not value >= 0 or value == float("inf"):
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 0 seconds, not {value}")
 
     @property
     def any(self) -> bool:

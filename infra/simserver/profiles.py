@@ -6,11 +6,20 @@ plausible orders of magnitude, not measurements of any real engine or GPU.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from analysis.errors import UsageError
 from infra.simserver.dist import IntDist
+
+# Step-time fields (seconds) and the `llmload sim` flag that sets each, with its unit.
+TIME_FLAGS = {
+    "prefill_per_token": ("--prefill-per-token-us", 1e-6),
+    "decode_base": ("--decode-base-ms", 1e-3),
+    "decode_per_seq": ("--decode-per-seq-us", 1e-6),
+    "decode_per_kv_token": ("--decode-per-kv-token-ns", 1e-9),
+}
 
 
 @dataclass(frozen=True)
@@ -55,16 +64,20 @@ class EngineProfile:
         return changed
 
     def check(self) -> None:
+        """Refuse values that cannot be right, named by their `llmload sim` flag."""
         for name in ("max_num_seqs", "kv_cache_tokens", "max_model_len", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
-                raise UsageError(f"{name.replace('_', '-')} must be >= 1")
+                raise UsageError(
+                    f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}"
+                )
         if self.max_waiting < 0:
-            raise UsageError("max-waiting must be >= 0")
-        for name in ("prefill_per_token", "decode_base", "decode_per_seq", "decode_per_kv_token"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"{name.replace('_', '-')} must be >= 0")
+            raise UsageError(f"--max-waiting must be >= 0, not {self.max_waiting}")
+        for name, (flag, unit) in TIME_FLAGS.items():
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"{flag} must be >= 0, not {value / unit:g}")
         if self.decode_base <= 0 and self.decode_per_seq <= 0:
-            raise UsageError("decode-base-ms or decode-per-seq-ms must be > 0")
+            raise UsageError("--decode-base-ms or --decode-per-seq-us must be > 0")
         if self.kv_cache_tokens < self.max_model_len:
             raise UsageError(
                 f"kv-cache-tokens ({self.kv_cache_tokens}) must hold one max-model-len "

@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import TextIO
 
-from analysis.errors import LlmloadError
+from analysis.errors import UsageError
 from infra.simserver.api import SimApp
 from infra.simserver.config import SimConfig
 from infra.simserver.engine import Engine
@@ -42,7 +42,10 @@ class SimServer:
             try:
                 self.truth = TruthLog(config.truth_log)
             except OSError as exc:
-                raise LlmloadError(f"cannot open truth log {config.truth_log}: {exc}") from exc
+                raise UsageError(
+                    f"cannot open --truth-log {config.truth_log} ({exc.strerror}); "
+                    "give a file in a writable folder"
+                ) from exc
         app = SimApp(config, self.engine, self.stats, self.truth)
         self.app = app
         loop = asyncio.get_running_loop()
@@ -58,7 +61,11 @@ class SimServer:
         except OSError as exc:
             if self.truth is not None:
                 self.truth.close()
-            raise LlmloadError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+            reason = exc.strerror or str(exc)
+            raise UsageError(
+                f"cannot listen on {config.host}:{config.port} ({reason}); choose another "
+                "--port (0: any free one) or a --host address of this machine"
+            ) from exc
         self.port = self._server.sockets[0].getsockname()[1]
         self._engine_task = asyncio.create_task(self.engine.run(), name="llmload-sim-engine")
 
@@ -105,7 +112,14 @@ def serve(config: SimConfig, out: TextIO = sys.stdout) -> int:
         server = SimServer(config)
         await server.start()
         if config.port_file is not None:
-            _write_port_file(config.port_file, server.port)
+            try:
+                _write_port_file(config.port_file, server.port)
+            except OSError as exc:
+                await server.shutdown(drain_seconds=0)
+                raise UsageError(
+                    f"cannot write --port-file {config.port_file} ({exc.strerror}); "
+                    "give a file in a writable folder"
+                ) from exc
         print(
             f"llmload sim: listening on {server.url} (simulated; profile "
             f"{config.profile.name}; model {config.served_model})",

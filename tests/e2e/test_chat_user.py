@@ -7,6 +7,8 @@ events llmload recorded against it.
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -150,8 +152,26 @@ def test_every_failure_kind_is_recorded_with_its_cause(tmp_path: Path) -> None:
     assert "http_5xx" in result.output or "Aggregated" in result.output
 
 
+def answer_once_then_vanish() -> str:
+    """A target that answers the start-up preflight, then refuses every connection."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        conn.close()
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
 def test_connect_errors_and_total_timeouts(tmp_path: Path) -> None:
-    dead = run_locust("http://127.0.0.1:9", tmp_path / "dead", "--steps", "1", "--step-duration", "1.5",
+    # the target goes away after the preflight: every request is a connect error, as data
+    dead = run_locust(answer_once_then_vanish(), tmp_path / "dead", "--steps", "1", "--step-duration", "1.5",
                       "--step-warmup", "0", "--cold-requests", "0", "--model", "m",
                       "--ignore-eos", "off", "--continuous-usage", "off")  # fmt: skip
     requests, _, manifest = dead.events()

@@ -11,10 +11,13 @@ event, never continuously, and no `[DONE]`), counts the EOS token in `completion
 although the EOS has no text, and accepts a `generation_config` JSON string per request,
 whose `eos_token_id: -1` turns stopping on EOS off.
 
-Two servers: the model as built (it samples its EOS now and then) and the same model built
+Three servers: the model as built (it samples its EOS now and then), the same model built
 with `--no-eos` (EOS suppressed in its generation config: every output reaches max_tokens
-and every token has text). Set LLMLOAD_ENGINE_CACHE=DIR to keep the models in DIR between
-sessions instead of building them in a temporary directory (~6 s each).
+and every token has text), and a `--no-eos --small-vocab` model whose tokenizer is a
+byte-level BPE of 400 tokens trained on made-up words (few of llmload's words are one token:
+exact prompts are made of the tokenizer's own tokens). Set LLMLOAD_ENGINE_CACHE=DIR to keep
+the models in DIR between sessions instead of building them in a temporary directory (~6 s
+each).
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis import build_report
 from analysis.metrics import compute_request_metrics
+from infra.engines.tiny_llama import MARKER
 from infra.engines.transformers_serve import TransformersServe
 from tests.support.chat import ROOT, LocustResult, run_locust
 
@@ -85,6 +90,11 @@ def tiny_model_no_eos(models_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
+def tiny_model_small_vocab(models_dir: Path) -> Path:
+    return _build(models_dir / "tiny-llama-bpe400", "--no-eos", "--small-vocab")
+
+
+@pytest.fixture(scope="module")
 def server(
     tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TransformersServe]:
@@ -99,6 +109,15 @@ def server_no_eos(
 ) -> Iterator[TransformersServe]:
     """The same model with EOS suppressed in its generation config: lengths forced at launch."""
     with TransformersServe(tiny_model_no_eos, tmp_path_factory.mktemp("serve-no-eos")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def server_small_vocab(
+    tiny_model_small_vocab: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TransformersServe]:
+    """The no-EOS model with a 400-token byte-level BPE trained on made-up words."""
+    with TransformersServe(tiny_model_small_vocab, tmp_path_factory.mktemp("serve-bpe400")) as srv:
         yield srv
 
 
@@ -184,6 +203,7 @@ def test_exact_prompts_and_token_counts_with_the_models_tokenizer(
     r = run(server, tmp_path / "runs", *STEPS, "--workload", "0.5*D(32,16)+0.5*U(8,96)/(4,40)",
             "--tokenizer", str(tiny_model))  # fmt: skip
     check_run(r, last_concurrency=2)
+    assert "words pieces, exact by construction" in r.result.output  # llmload's own words
     ok = r.ok
     assert ok["prompt_tokens_requested"].nunique() > 5
     assert (ok["prompt_tokens"] == ok["prompt_tokens_requested"]).all()
@@ -257,3 +277,44 @@ def test_calibrated_prompts_and_event_counts_without_a_tokenizer(
     assert (ok.loc[~with_text, "output_tokens_source"] == "usage").all()
     assert (ok["completion_tokens"] == ok["max_tokens"]).all()
     assert (r.chunk_sums() == ok["completion_tokens"]).all()
+
+
+def test_exact_prompts_with_a_small_byte_level_bpe_tokenizer(
+    server_small_vocab: TransformersServe, tiny_model_small_vocab: Path, tmp_path: Path
+) -> None:
+    tokenizer = json.loads((tiny_model_small_vocab / MARKER).read_text())["tokenizer"]
+    # under 1,000 tokens, and too few whole words to make prompts of (refused before issue 11)
+    assert tokenizer["vocab_size"] < 1000 and tokenizer["single_token_prompt_words"] < 50
+    r = run(server_small_vocab, tmp_path / "runs", *STEPS,
+            "--workload", "0.5*D(32,16)+0.5*U(12,600)/(2,32)",
+            "--tokenizer", str(tiny_model_small_vocab))  # fmt: skip
+    check_run(r, last_concurrency=2)
+    assert "vocabulary pieces, exact by construction" in r.result.output
+    ok = r.ok
+    assert ok["prompt_tokens_requested"].nunique() > 5
+    # the server's own count, chat template included, is the requested length
+    assert (ok["prompt_tokens"] == ok["prompt_tokens_requested"]).all()
+    assert (ok["completion_tokens"] == ok["max_tokens"]).all()
+    assert (r.chunk_sums() == ok["completion_tokens"]).all()
+
+
+def test_without_a_tokenizer_the_report_states_the_prompt_offset(
+    server_small_vocab: TransformersServe, tmp_path: Path
+) -> None:
+    """Each of llmload's words is several tokens of this tokenizer, and not always as many:
+    calibration fits the mean, single prompts come out off, and the report says by how much."""
+    r = run(server_small_vocab, tmp_path / "runs", "--steps", "2", "--step-duration", "4",
+            "--step-warmup", "1", "--cold-requests", "0", "--workload", "U(32,400)/(2,16)")  # fmt: skip
+    check_run(r, last_concurrency=2)
+    ok = r.ok
+    off = (ok["prompt_tokens"] - ok["prompt_tokens_requested"]).abs()
+    print(
+        f"\nwithout a tokenizer: prompts {off.mean():.1f} tokens off on average (max {off.max()})"
+    )
+    report = build_report(str(r.result.run_dir()), tmp_path / "report", progress=False, html=False)
+    step = report.table.rows[-1]
+    assert step["prompt_tokens_offset_mean"] > 1
+    assert any(
+        w.startswith(f"step {step['step']}: prompts came out") and "give --tokenizer" in w
+        for w in report.warnings
+    ), report.warnings

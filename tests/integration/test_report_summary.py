@@ -75,6 +75,7 @@ COLD = {
     "input_tokens_per_s": 200 / 1.6, "goodput_requests_per_s": 0.0, "good": 0,
     **window(0.0, 1.6, "cold"),
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
+    "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 2.0,
     **errors(),
     **unmeasured(),
@@ -103,6 +104,8 @@ STEP0 = {
     "input_tokens_per_s": 430 / 8, "goodput_requests_per_s": 2 / 8, "good": 2,
     **window(12.0, 20.0),
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": 110.0,
+    # |110 - 100|, |90 - 100|, |130 - 100| (the fourth reported no prompt_tokens)
+    "prompt_tokens_offset_mean": 50 / 3,
     "output_tokens_requested_mean": 56.0, "output_tokens_mean": 2.75,
     **errors(http_5xx=1),
     **unmeasured(),
@@ -126,6 +129,7 @@ STEP1 = {
     "input_tokens_per_s": 500 / 8, "goodput_requests_per_s": 1 / 8, "good": 2,
     **window(22.0, 30.0),
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
+    "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 3.5,
     **errors(stream_error=1, cancelled=1),
     **unmeasured(),
@@ -142,6 +146,7 @@ STEP2 = {
     "input_tokens_per_s": 0.0, "goodput_requests_per_s": 0.1, "good": 0,
     **window(30.0, 40.0),
     "prompt_tokens_requested_mean": float("nan"), "prompt_tokens_mean": float("nan"),
+    "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": float("nan"), "output_tokens_mean": float("nan"),
     **errors(queue_rejected=1, connect=1),
     **unmeasured(None),
@@ -234,6 +239,16 @@ def test_per_request_files(report) -> None:  # type: ignore[no-untyped-def]
     single = by_time.iloc[5]  # one token: no TPOT, no ITL (missing, not 0)
     assert math.isnan(single["tpot_s"]) and math.isnan(single["itl_mean_s"])
     assert pd.isna(csv.loc[csv["request_id"] == single["request_id"], "tpot_s"]).all()
+
+
+def test_prompts_off_their_requested_length_earn_a_warning(report) -> None:  # type: ignore[no-untyped-def]
+    # step 0: 110, 90 and 130 tokens for 100 requested; step 1's server reported none
+    offsets = [w for w in report.warnings if "tokens off the requested length" in w]
+    assert offsets == [
+        "step 0: prompts came out 16.7 tokens off the requested length on average (mean "
+        "+10.0; 3 successful requests of 32+ tokens, server usage vs prompt_tokens_requested); "
+        "give --tokenizer with the served model's tokenizer for exact prompt lengths"
+    ]
 
 
 def test_no_manifest_timeline_falls_back_to_request_span(events_dir: Path, tmp_path: Path) -> None:

@@ -122,6 +122,17 @@ class LocustResult:
         return read("requests"), read("chunks"), manifest
 
 
+def start_worker(
+    master_port: int, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    """A Locust worker process of the chat user on loopback (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--worker", "--master-host", "127.0.0.1",
+         "--master-port", str(master_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+    )  # fmt: skip
+
+
 def run_locust(
     host: str,
     events_dir: Path,
@@ -139,25 +150,7 @@ def run_locust(
         port = free_port()
         base += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                  "--expect-workers", str(workers), "--expect-workers-max-wait", "30"]  # fmt: skip
-        for _ in range(workers):
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(BIN / "locust"),
-                        "-f",
-                        str(LOCUSTFILE),
-                        "--worker",
-                        "--master-host",
-                        "127.0.0.1",
-                        "--master-port",
-                        str(port),
-                    ],  # fmt: skip
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    env=full_env,
-                )  # fmt: skip
-            )
+        procs += [start_worker(port, full_env) for _ in range(workers)]
     try:
         out = subprocess.run(
             base,

@@ -65,7 +65,7 @@ def test_toml_and_yaml_read_the_same(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"stpes": [1]}, "unknown key 'stpes'; did you mean 'steps'?"),
+        ({"stpes": [1]}, "unknown key 'stpes' (did you mean 'steps'?) (docs/campaign-config.md)"),
         ({"target": {"url": "http://h:1", "ulr": 1}}, "unknown key 'target.ulr'"),
         ({"steps": "1,x"}, "key 'steps' must be a list of integers >= 1"),
         ({"steps": [0, 2]}, "key 'steps' must be a list of integers >= 1"),
@@ -76,13 +76,22 @@ def test_toml_and_yaml_read_the_same(tmp_path: Path) -> None:
         ({"workers": "external"}, "key 'expect_workers' is required with workers: external"),
         ({"workers": 2, "expect_workers": 3}, "key 'expect_workers' must equal workers (2)"),
         ({"workload": "D(1"}, "key 'workload' is not a valid workload"),
-        ({"workload": [{"name": "a"}]}, "key 'workload[0].spec' is required"),
+        ({"workload": [{"name": "a"}]}, "missing required key 'workload[0].spec'"),
         ({"workload": [{"name": "a", "spec": "D(8,4)", "x": 1}]}, "unknown key 'workload[0].x'"),
         ({"slo": "ttft_p99=fast"}, "key 'slo' is not a valid SLO"),
         ({"fail_on_slo": "yes"}, "key 'fail_on_slo' must be true or false"),
         ({"fail_on_slo": True}, "key 'fail_on_slo' needs step objectives in slo"),
         ({"target": {"url": "127.0.0.1:8000"}}, "key 'target.url' must be an http:// or https://"),
-        ({"target": None}, "key 'target' is required"),
+        ({"target": None}, "missing required key 'target'"),
+        ({"target": {"model": "m"}}, "missing required key 'target.url'"),
+        ({"step_duration": 0}, "key 'step_duration' must be > 0, not 0"),
+        ({"step_duration": -5}, "key 'step_duration' must be > 0, not -5"),
+        ({"step_duration": float("nan")}, "key 'step_duration' must be > 0, not nan"),
+        ({"worker_wait": float("inf")}, "key 'worker_wait' must be > 0, not inf"),
+        ({"step_warmup": -1}, "key 'step_warmup' must be >= 0, not -1"),
+        ({"master_port": 70000}, "key 'master_port' must be <= 65535, not 70000"),
+        ({"workload": "D(0,8)"}, "the prompt length must be >= 1 token, not 0"),
+        ({"workload": [{"name": "a", "spec": "U(0,4)/(1,2)"}]}, "key 'workload[0].spec' is not a valid workload"),
         ({"target": {"url": "http://h:1", "api_key_env": "MY-KEY"}}, "must name an environment variable"),
         ({"engine": {"hardware": {"gpu": 1}}}, "key 'engine.hardware' must be a string"),
         ({"extra": ["--host", "http://x"]}, "key 'extra' sets --host, which the campaign controls: use target.url"),
@@ -97,6 +106,26 @@ def test_problems_are_one_line_naming_the_key(change: dict[str, Any], expected: 
     message = str(info.value)
     assert message.startswith("c.yaml: ") and "\n" not in message
     assert expected in message
+
+
+def test_every_unknown_and_missing_key_is_named_in_one_line() -> None:
+    data = {
+        "stpes": [1],
+        "target": {"ulr": "http://h:1", "modle": "m"},
+        "engine": {"hardwear": "x"},
+        "workload": [{"name": "a", "spec": "D(8,4)", "wieght": 1}, {"nmae": "b", "spec": "D(1,1)"}],
+        "zzz": 1,
+    }
+    with pytest.raises(UsageError) as info:
+        parse_campaign(data, source="c.yaml")
+    assert str(info.value) == (
+        "c.yaml: unknown keys 'stpes' (did you mean 'steps'?), 'zzz', 'target.ulr' (did you "
+        "mean 'url'?), 'target.modle' (did you mean 'model'?), 'engine.hardwear' (did you mean "
+        "'hardware'?), 'workload[0].wieght', 'workload[1].nmae' (did you mean 'name'?); "
+        "missing required keys 'target.url', 'workload[1].name' (docs/campaign-config.md)"
+    )
+    with pytest.raises(UsageError, match="missing required keys 'target', 'workload' "):
+        parse_campaign({}, source="c.yaml")
 
 
 def test_file_level_problems(tmp_path: Path) -> None:

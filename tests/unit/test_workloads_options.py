@@ -26,11 +26,16 @@ def test_mix_weights_and_reproducible_sampling() -> None:
     assert 0.65 < share < 0.75 and a
 
 
-def test_uniform_bounds_included_and_clamping_to_one(caplog: pytest.LogCaptureFixture) -> None:
-    s = parse_workload("U(1,3)/(0,1)").sampler(0)
+def test_uniform_bounds_included_and_normal_draws_clamped_to_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = parse_workload("U(1,3)/(1,1)").sampler(0)
     drawn = [s.sample() for _ in range(200)]
     assert {r.prompt_tokens for r in drawn} == {1, 2, 3}
     assert {r.max_tokens for r in drawn} == {1}
+    assert "clamping" not in caplog.text
+    s = parse_workload("N(2,5)/(1,0)").sampler(0)
+    assert min(s.sample().prompt_tokens or 0 for _ in range(200)) == 1
     assert "clamping to 1" in caplog.text
 
 
@@ -50,11 +55,41 @@ def test_dataset_workload(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [("X(1,2)", "not understood"), ("U(5,1)/(1,2)", "min <= max"), ("N(5,-1)/(1,1)", "sd >= 0"),
-     ("0*D(1,2)", "weight must be positive"), ("dataset:/nope.jsonl", "does not exist")],
+     ("0*D(1,2)", "weight must be positive"), ("dataset:/nope.jsonl", "does not exist"),
+     ("D(-5,10)", r"workload D\(-5,10\): the prompt length must be >= 1 token, not -5; e\.g\."),
+     ("D(128,0)", "the output length must be >= 1 token, not 0"),
+     ("D(0.4,8)", "the prompt length must be >= 1 token, not 0.4"),
+     ("N(0,5)/(10,2)", "the prompt mean of N"), ("N(10,2)/(-3,1)", "the output mean of N"),
+     ("U(0,10)/(5,9)", "the prompt min of U"), ("U(1,10)/(-5,9)", "the output min of U"),
+     ("D(8,4)+-1*D(2,2)", r"workload D\(2,2\): weight must be positive, not -1"),
+     ("dataset:", "no path given"), ("dataset:/", "is not a file")],
 )  # fmt: skip
 def test_bad_workloads_name_the_problem(spec: str, message: str) -> None:
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match=message) as info:
         parse_workload(spec)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("", "has no prompts"), ("\n\n", "has no prompts"), ('{"prompt": "a"}\n{bad\n', ":2: not valid JSON"),
+     ('{"prompt": ""}\n', 'non-empty "prompt"'), ('{"messages": []}\n', 'non-empty "prompt"'),
+     ('["a"]\n', ":1: each line needs"), ('{"prompt": "a", "max_tokens": 0}\n', "max_tokens must be an integer >= 1"),
+     ('{"prompt": "a", "prompt_tokens": true}\n', "prompt_tokens must be an integer >= 1, not True"),
+     ('{"prompt": "a", "max_tokens": 2.5}\n', "max_tokens must be an integer >= 1")],
+)  # fmt: skip
+def test_bad_datasets_name_the_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message):
+        parse_workload(f"dataset:{path}")
+
+
+def test_dataset_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "\xff"}\n')
+    with pytest.raises(UsageError, match="is not UTF-8 text"):
+        parse_workload(f"dataset:{path}")
 
 
 def defaults(**changes: object) -> argparse.Namespace:
@@ -79,7 +114,22 @@ def test_defaults_are_valid_and_every_option_has_an_env_var() -> None:
     [({"steps": "1,x"}, "--steps"), ({"steps": "0"}, ">= 1"), ({"extra_body": "[1]"}, "JSON object"),
      ({"extra_body": "{"}, "not valid JSON"), ({"cancel_rate": 1.5}, "between 0 and 1"),
      ({"step_warmup": 40.0}, "shorter than --step-duration"), ({"events_uri": "ftp://x"}, "not supported"),
-     ({"request_timeout": 0.0}, "must be > 0"), ({"api_key_env": "A B"}, "environment variable name")],
+     ({"request_timeout": 0.0}, "must be > 0"), ({"api_key_env": "A B"}, "environment variable name"),
+     ({"step_duration": 0.0}, "--step-duration must be > 0 seconds, not 0.0"),
+     ({"step_duration": -5.0}, "--step-duration must be > 0 seconds"),
+     ({"step_duration": float("nan")}, "--step-duration must be > 0 seconds, not nan"),
+     ({"step_warmup": -1.0}, "--step-warmup must be >= 0 seconds"),
+     ({"connect_timeout": float("inf")}, "--connect-timeout must be > 0 seconds, not inf"),
+     ({"finish_timeout": 0.0}, "--finish-timeout must be > 0"),
+     ({"ttft_timeout": -1.0}, "--ttft-timeout must be >= 0"), ({"stall_timeout": -1.0}, "--stall-timeout"),
+     ({"scrape_interval": -2.0}, "--scrape-interval must be >= 0"), ({"wait_ready": -1.0}, "--wait-ready"),
+     ({"cancel_rate": -0.1}, "--cancel-rate must be between 0 and 1"),
+     ({"cancel_rate": float("nan")}, "--cancel-rate must be between 0 and 1"),
+     ({"cold_requests": -1}, "--cold-requests must be an integer >= 0, not -1"),
+     ({"shared_prefix_tokens": -1}, "--shared-prefix-tokens must be an integer >= 0"),
+     ({"cancel_after_tokens": 0}, "--cancel-after-tokens must be an integer >= 1, not 0"),
+     ({"run_id": "../x"}, "--run-id '../x' must be letters"), ({"run_id": "a/b"}, "--run-id"),
+     ({"run_id": "a\n"}, "--run-id")],
 )  # fmt: skip
 def test_invalid_options_are_one_clear_error(changes: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):

@@ -1,0 +1,162 @@
+"""Before the first request: everything the options refer to is loaded or checked.
+
+One path for every mode (docs/reliability.md, "Bad input"):
+
+- headless (and `--autostart`): the master (or the local runner) runs `preflight()` at
+  Locust's init event; a failure prints one line and exits with status 2, before any user
+  starts;
+- web UI: the same `preflight()` runs when the start form is submitted, on the form's
+  values; a failure is shown in the form and the run does not start;
+- workers check what is theirs (tokenizer and dataset on their host, the events store from
+  their network) when the run starts; a worker that cannot start tells the master, which
+  stops the run naming the worker and the cause, and exits non-zero.
+
+What `preflight()` checks, in order: the tokenizer can build exact prompts; the target
+answers (any HTTP response; `--wait-ready SECONDS` waits for one that is still starting);
+the events store accepts the run's first object, its manifest. A store that fails later in
+the run keeps the usual behaviour (parts wait in the spool, nothing lost).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import requests
+
+from analysis.errors import LlmloadError, UsageError
+from analysis.storage import ObjectStore, open_store
+from locustfiles.manifest import RunManifest, write_manifest
+from locustfiles.options import ChatOptions
+from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer
+
+WAIT_POLL_S = 0.5
+"""How often a target that is still starting is asked again (`--wait-ready`)."""
+
+
+def check_prompts(options: ChatOptions) -> TokenCounter | None:
+    """Load the tokenizer (if any) and build a prompt with it: UsageError if it cannot."""
+    if not options.tokenizer:
+        return None
+    counter = load_tokenizer(options.tokenizer)
+    PromptBuilder(options.seed, counter, options.shared_prefix_tokens)  # raises if unusable
+    return counter
+
+
+def check_target(host: str, options: ChatOptions) -> None:
+    """The target answers (any HTTP status) within --connect-timeout, or within --wait-ready.
+
+    A GET of `/v1/models` with its own request id (`probe-preflight-…`), like every probe.
+    """
+    if not host:
+        raise UsageError(
+            "no target: give --host URL (the server's base URL, e.g. http://127.0.0.1:8000)"
+        )
+    url = host.rstrip("/") + "/v1/models"
+    key = options.api_key()
+    headers = {"X-Request-Id": "probe-preflight-" + os.urandom(8).hex()}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    budget = options.wait_ready if options.wait_ready > 0 else options.connect_timeout
+    deadline = time.monotonic() + budget
+    while True:
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            requests.get(url, headers=headers, timeout=min(options.connect_timeout, left),
+                         allow_redirects=False).close()  # fmt: skip
+            return
+        except requests.RequestException as exc:
+            if options.wait_ready <= 0 or time.monotonic() + WAIT_POLL_S >= deadline:
+                waited = f" in {budget:g} s (--wait-ready)" if options.wait_ready > 0 else ""
+                raise UsageError(
+                    f"target {host} did not answer{waited} ({_reason(exc)}); start the server, "
+                    "fix --host, or give --wait-ready SECONDS for one still starting"
+                ) from None
+            time.sleep(WAIT_POLL_S)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a requests failure, short: 'ConnectionRefusedError' etc."""
+    inner: BaseException = exc
+    while True:
+        nxt = inner.__cause__ or inner.__context__
+        reason = getattr(inner, "reason", None)
+        if isinstance(reason, BaseException) and reason is not inner:
+            nxt = reason
+        if nxt is None or nxt is inner:
+            break
+        inner = nxt
+    text = str(inner).split(": ", 1)[-1] if str(inner) else ""
+    name = type(inner).__name__
+    return f"{name}: {text}"[:160] if text and text != name else name
+
+
+def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> ObjectStore:
+    """Write the run's manifest (status running): the store must accept it, or UsageError."""
+    try:
+        store = open_store(options.events_uri)
+        write_manifest(store, RunManifest(run_id, config=options.config(), target={"url": host}))
+    except UsageError:
+        raise
+    except (LlmloadError, OSError) as exc:
+        raise UsageError(
+            f"cannot write to the events store {options.events_uri} ({_store_reason(exc)}); "
+            "fix --events-uri, the store's endpoint or credentials, the bucket or the "
+            "directory's permissions"
+        ) from None
+    return store
+
+
+def check_store_reachable(options: ChatOptions, run_id: str) -> None:
+    """A worker's view of the store: a directory it can write, or a bucket it can reach."""
+    try:
+        store = open_store(options.events_uri)
+        root = getattr(store, "root", None)
+        if root is not None:  # a local directory (a worker's own disk): it must be writable
+            root.mkdir(parents=True, exist_ok=True)
+            if not os.access(root, os.W_OK):
+                raise PermissionError(f"{root} is not writable")
+        else:
+            store.exists(f"{run_id}/manifest.json")
+    except UsageError:
+        raise
+    except (LlmloadError, OSError) as exc:
+        raise UsageError(
+            f"cannot write to the events store {options.events_uri} ({_store_reason(exc)}); "
+            "fix --events-uri, the store's endpoint or credentials, or permissions on this host"
+        ) from None
+
+
+def _store_reason(exc: BaseException) -> str:
+    text = str(exc)
+    return (text if text else type(exc).__name__)[:200]
+
+
+def preflight(options: ChatOptions, host: str, run_id: str) -> None:
+    """Everything the master checks before a run: raises UsageError naming the first problem."""
+    check_prompts(options)
+    check_target(host, options)
+    write_first_manifest(options, run_id, host)
+
+
+def form_namespace(parsed: Any, form: Any) -> Any:
+    """Locust's parsed options with the web UI form's values applied, as Locust applies them
+    (each value converted to the type of the option's current value)."""
+    import argparse
+
+    values = dict(vars(parsed))
+    for key, value in form.items():
+        if key not in values or key in ("user_count", "spawn_rate", "run_time"):
+            continue
+        current = values[key]
+        if isinstance(current, bool):
+            values[key] = value == "true"
+        elif current is None or isinstance(current, str):
+            values[key] = value
+        elif isinstance(current, int | float):
+            try:
+                values[key] = type(current)(value)
+            except ValueError:
+                raise UsageError(f"--{key.replace('_', '-')} {value!r} is not a number") from None
+    return argparse.Namespace(**values)

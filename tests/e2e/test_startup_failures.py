@@ -1,0 +1,131 @@
+"""Start-up fails fast and clearly in every mode (issue 11): distributed, headless, web UI.
+
+A worker that cannot start (here: its tokenizer is missing on its host) tells the master,
+which stops the run with one line naming that worker and the cause and exits non-zero,
+well before the run's planned end. Headless and web UI runs refuse to start on a target
+that does not answer, with one line (headless) or a message in the start form (web UI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from infra.ports import free_port
+from tests.support.chat import BIN, LOCUSTFILE, start_sim, start_worker
+
+
+def word_tokenizer(path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from locustfiles.prompts import _WORDS
+
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(_WORDS))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path.parent.mkdir(parents=True)
+    tok.save(str(path))
+
+
+def test_a_worker_without_its_tokenizer_stops_the_run_naming_it(tmp_path: Path) -> None:
+    here, elsewhere = tmp_path / "host-a", tmp_path / "host-b"
+    word_tokenizer(here / "tok" / "tokenizer.json")  # relative path: found on host-a only
+    elsewhere.mkdir()
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with start_sim(tmp_path / "sim") as sim:
+        master = subprocess.Popen(
+            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--master",
+             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+             "--expect-workers", "2", "--expect-workers-max-wait", "20", "--host", sim.url,
+             "--events-uri", str(tmp_path / "runs"), "--steps", "2,4", "--step-duration", "60",
+             "--step-warmup", "1", "--cold-requests", "0", "--tokenizer", "tok/tokenizer.json",
+             "--spool-dir", str(tmp_path / "spool")],
+            cwd=here, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        )  # fmt: skip
+        workers = [start_worker(port, env, cwd) for cwd in (here, elsewhere)]
+        start = time.monotonic()
+        try:
+            out, _ = master.communicate(timeout=60)
+            elapsed = time.monotonic() - start
+            worker_out = [w.communicate(timeout=30)[0] for w in workers]
+        finally:
+            for proc in (master, *workers):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+    errors = [line for line in out.splitlines() if line.startswith("llmload: error:")]
+    assert master.returncode == 2, out
+    assert len(errors) == 1, out
+    assert "cannot load tokenizer 'tok/tokenizer.json'" in errors[0]
+    assert "the run is stopped" in errors[0] and " cannot start: " in errors[0]
+    failed = [w for w, o in zip(workers, worker_out, strict=True) if "cannot start" in o]
+    assert len(failed) == 1 and failed[0] is workers[1]  # the worker on host-b, named
+    assert workers[1].returncode != 0
+    worker_id = errors[0].split("worker ", 1)[1].split(" ", 1)[0]
+    assert worker_id in worker_out[1]
+    assert elapsed < 30, elapsed  # the run was planned for 2 x 60 s
+
+
+def test_headless_refuses_a_target_that_does_not_answer_before_any_request(
+    tmp_path: Path,
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    out = subprocess.run(
+        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--host", dead,
+         "--events-uri", str(tmp_path / "runs"), "--steps", "1", "--step-duration", "5",
+         "--step-warmup", "1"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    errors = [line for line in out.stderr.splitlines() if line.startswith("llmload: error:")]
+    assert out.returncode == 2 and len(errors) == 1, out.stderr
+    assert f"target {dead} did not answer" in errors[0] and "--wait-ready" in errors[0]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()  # nothing written
+
+
+def test_web_ui_shows_the_problem_and_does_not_start(tmp_path: Path) -> None:
+    web = free_port()
+    dead = f"http://127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--web-host", "127.0.0.1", "--web-port",
+         str(web), "--host", dead, "--events-uri", str(tmp_path / "runs")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{web}/", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.2)
+        form = {"user_count": "1", "spawn_rate": "1", "host": dead, "steps": "1",
+                "step_duration": "5", "step_warmup": "1"}  # fmt: skip
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode(form).encode()
+        )
+        answer = json.loads(urllib.request.urlopen(req, timeout=30).read())
+        assert answer["success"] is False
+        assert answer["message"].startswith(f"llmload: target {dead} did not answer")
+        state = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{web}/stats/requests", timeout=5).read()
+        )
+        assert state["state"] == "ready"  # not started
+        # the same form against a bad option value names the option
+        form["step_duration"] = "-1"
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{web}/swarm", data=urllib.parse.urlencode(form).encode()
+        )
+        answer = json.loads(urllib.request.urlopen(req, timeout=30).read())
+        assert answer["success"] is False and "--step-duration" in answer["message"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,372 @@
+"""A table of bad inputs (issue 11): each is refused with one line naming the problem and the fix.
+
+Every case runs the real command as a subprocess (`locust -f locustfiles/chat.py --headless`,
+`llmload ...`) in an empty directory of its own and asserts: the documented exit status
+(2 for bad input; 1 where docs/reports.md says the events cannot be used), exactly one error
+line (`llmload: error: ...`, or argparse's `<prog>: error: ...`) holding the expected
+fragment, no traceback, nothing written (the directory, the events folder and TMPDIR are
+unchanged), no process left behind, and an end within 30 s.
+
+Locust cases point `--host` at a real simulator, so they fail on the option, not on the
+target. The table is listed in docs/reliability.md ("Bad input"); a test keeps the two in
+step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.schema import CHUNKS_SCHEMA, METADATA_KEY
+from analysis.storage import open_store
+from infra.ports import free_port
+from tests.support.chat import BIN, LOCUSTFILE, ROOT, SimProcess
+from tests.support.runs import RunBuilder
+
+TIME_LIMIT_S = 30
+ERROR_LINE = re.compile(r"^(?:llmload|locust)(?: [a-z-]+)?: error: ")
+# A short run, so that an input wrongly accepted ends in seconds instead of hanging the suite.
+LOCUST = (str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+          "--steps", "1", "--step-duration", "1", "--step-warmup", "0", "--cold-requests", "0")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input. `argv` starts with `locust` (LOCUST above, `--host` the simulator
+    unless given) or `llmload`; `{sim}`, `{sim_port}` and `{free_port}` are filled in."""
+
+    id: str
+    argv: tuple[str, ...]
+    status: int
+    fragment: str | tuple[str, ...]
+    setup: Callable[[Path], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# -- setups: files a case needs, written before the "nothing written" snapshot ------------
+
+
+def _write(name: str, text: str) -> Callable[[Path], None]:
+    def setup(cwd: Path) -> None:
+        (cwd / name).write_text(text)
+
+    return setup
+
+
+def _run(cwd: Path) -> RunBuilder:
+    run = RunBuilder("r1", simulated=True)
+    run.add_step(0, 1, started_s=0, spawned_s=0, ended_s=10, warmup_s=0)
+    run.add_request(step=0, concurrency=1, sent_s=2.0, chunks=[(0.1, 1), (0.3, 2)], end_s=0.35)
+    run.write(cwd / "ev")
+    return run
+
+
+def _a_run(cwd: Path) -> None:
+    _run(cwd)
+
+
+def _corrupt_parts(cwd: Path) -> None:
+    run = _run(cwd)
+    for key in run.keys:
+        if key.startswith("requests/"):
+            (cwd / "ev" / "r1" / key).write_bytes(b"not parquet at all")
+
+
+def _future_schema(cwd: Path) -> None:
+    _run(cwd)
+    sink = pa.BufferOutputStream()
+    pq.write_table(CHUNKS_SCHEMA.with_metadata({METADATA_KEY: b"2.0"}).empty_table(), sink)
+    open_store(str(cwd / "ev" / "r1")).put(
+        "chunks/worker=w1/part-000009.parquet", sink.getvalue().to_pybytes()
+    )
+
+
+def _spool_dir(cwd: Path) -> None:
+    (cwd / "spool").mkdir()
+
+
+MINIMAL_CAMPAIGN = "target: {url: 'http://127.0.0.1:9'}\nworkload: D(16,8)\n"
+S3_UNREACHABLE = {"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:{free_port}",
+                  "AWS_ACCESS_KEY_ID": "dummy", "AWS_SECRET_ACCESS_KEY": "dummy"}  # fmt: skip
+
+CASES = [
+    # -- workload specs ------------------------------------------------------------------
+    Case("workload-negative-length", ("locust", "--workload", "D(-5,10)"), 2,
+         "workload D(-5,10): the prompt length must be >= 1 token, not -5; e.g. D(128,64)"),
+    Case("workload-zero-output", ("locust", "--workload", "D(128,0)"), 2,
+         "workload D(128,0): the output length must be >= 1 token, not 0"),
+    Case("workload-normal-mean", ("locust", "--workload", "N(0,5)/(10,2)"), 2,
+         "the prompt mean of N(mean,sd) must be >= 1 token, not 0"),
+    Case("workload-uniform-min", ("locust", "--workload", "U(0,10)/(5,9)"), 2,
+         "the prompt min of U(min,max) must be >= 1 token, not 0"),
+    Case("workload-weight-zero", ("locust", "--workload", "0*D(8,4)"), 2,
+         "workload D(8,4): weight must be positive, not 0"),
+    Case("workload-syntax", ("locust", "--workload", "D(8"), 2,
+         "workload component 'D(8' is not understood; use D(in,out)"),
+    # -- datasets ------------------------------------------------------------------------
+    Case("dataset-missing", ("locust", "--workload", "dataset:missing.jsonl"), 2,
+         "workload dataset missing.jsonl does not exist; give dataset:PATH.jsonl"),
+    Case("dataset-bad-json-line", ("locust", "--workload", "dataset:d.jsonl"), 2,
+         "d.jsonl:2: not valid JSON", setup=_write("d.jsonl", '{"prompt": "hi"}\n{"prompt": \n')),
+    Case("dataset-empty", ("locust", "--workload", "dataset:d.jsonl"), 2,
+         "workload dataset d.jsonl has no prompts", setup=_write("d.jsonl", "\n")),
+    Case("dataset-zero-max-tokens", ("locust", "--workload", "dataset:d.jsonl"), 2,
+         "d.jsonl:1: max_tokens must be an integer >= 1, not 0",
+         setup=_write("d.jsonl", '{"prompt": "hi", "max_tokens": 0}\n')),
+    # -- locust options ------------------------------------------------------------------
+    Case("steps-zero", ("locust", "--steps", "0,2"), 2,
+         "--steps '0,2' needs at least one concurrency, each >= 1"),
+    Case("step-duration-zero", ("locust", "--step-duration", "0"), 2,
+         "--step-duration must be > 0 seconds, not 0.0"),
+    Case("step-warmup-too-long", ("locust", "--step-duration", "30", "--step-warmup", "40"), 2,
+         "--step-warmup (40.0) must be shorter than --step-duration (30.0)"),
+    Case("request-timeout-zero", ("locust", "--request-timeout", "0"), 2,
+         "--request-timeout must be > 0 seconds, not 0.0"),
+    Case("cancel-rate-above-one", ("locust", "--cancel-rate", "1.5"), 2,
+         "--cancel-rate must be between 0 and 1, not 1.5"),
+    Case("cancel-after-zero-tokens", ("locust", "--cancel-after-tokens", "0"), 2,
+         "--cancel-after-tokens must be an integer >= 1, not 0"),
+    Case("extra-body-not-json", ("locust", "--extra-body", "{bad"), 2,
+         "--extra-body is not valid JSON"),
+    Case("api-key-env-not-a-name", ("locust", "--api-key-env", "MY-KEY"), 2,
+         "--api-key-env 'MY-KEY' must be an environment variable name"),
+    Case("run-id-path", ("locust", "--run-id", "../x"), 2,
+         "--run-id '../x' must be letters, digits, '.', '_' or '-'"),
+    Case("option-not-a-number", ("locust", "--step-duration", "abc"), 2,
+         "argument --step-duration: invalid float value: 'abc'"),
+    Case("no-host", ("locust", "--host", ""), 2, "no target: give --host URL"),
+    # -- URIs and credentials --------------------------------------------------------------
+    Case("events-uri-scheme", ("locust", "--events-uri", "ftp://host/runs"), 2,
+         "events URI scheme 'ftp' is not supported; use s3://bucket/prefix"),
+    Case("events-uri-credentials", ("locust", "--events-uri", "s3://key:secret@bucket/runs"), 2,
+         "events URI must not carry credentials; set AWS_ACCESS_KEY_ID"),
+    # -- unreachable targets and stores, missing tokenizer (start-up preflight) ------------
+    Case("target-not-listening", ("locust", "--host", "http://127.0.0.1:{free_port}"), 2,
+         "did not answer"),
+    Case("target-not-resolvable", ("locust", "--host", "http://nonexistent.invalid:8000"), 2,
+         "did not answer"),
+    Case("events-store-unwritable", ("locust", "--events-uri", "file:///proc/llmload-x"), 2,
+         "cannot write to the events store"),
+    Case("s3-store-unreachable", ("locust", "--events-uri", "s3://bucket/prefix"), 2,
+         "cannot write to the events store", env=S3_UNREACHABLE),
+    Case("tokenizer-missing", ("locust", "--tokenizer", "/nonexistent/tok.json"), 2,
+         "cannot load tokenizer"),
+    # -- campaign files --------------------------------------------------------------------
+    Case("campaign-unknown-keys", ("llmload", "campaign", "c.yaml"), 2,
+         ("c.yaml: unknown keys 'stpes' (did you mean 'steps'?), 'target.modle' (did you mean "
+          "'model'?), 'workload[0].wieght'", "(docs/campaign-config.md)"),
+         setup=_write("c.yaml", "stpes: [1]\ntarget: {url: 'http://127.0.0.1:9', modle: m}\n"
+                                "workload: [{name: a, spec: 'D(8,4)', wieght: 1}]\n")),
+    Case("campaign-missing-keys", ("llmload", "campaign", "c.yaml"), 2,
+         "c.yaml: missing required keys 'target', 'workload'", setup=_write("c.yaml", "name: x\n")),
+    Case("campaign-zero-step-duration", ("llmload", "campaign", "c.yaml"), 2,
+         "key 'step_duration' must be > 0, not 0",
+         setup=_write("c.yaml", MINIMAL_CAMPAIGN + "step_duration: 0\n")),
+    Case("campaign-zero-step", ("llmload", "campaign", "c.yaml"), 2,
+         "key 'steps' must be a list of integers >= 1",
+         setup=_write("c.yaml", MINIMAL_CAMPAIGN + "steps: [0, 2]\n")),
+    Case("campaign-bad-workload", ("llmload", "campaign", "c.yaml"), 2,
+         "key 'workload' is not a valid workload: workload D(0,8): the prompt length",
+         setup=_write("c.yaml", "target: {url: 'http://127.0.0.1:9'}\nworkload: D(0,8)\n")),
+    Case("campaign-bad-yaml", ("llmload", "campaign", "c.yaml"), 2,
+         "c.yaml: not valid YAML at line", setup=_write("c.yaml", "target: [\n")),
+    Case("campaign-missing-file", ("llmload", "campaign", "none.yaml"), 2,
+         "cannot read campaign file none.yaml"),
+    # -- llmload report and compare, event files -------------------------------------------
+    Case("report-unknown-run", ("llmload", "report", "ev/none"), 2,
+         "no llmload run at ev/none: found no manifest.json and no event parts"),
+    Case("report-bad-slo", ("llmload", "report", "ev/r1", "--slo", "ttft_p99=fast"), 2,
+         "'fast' is not a number", setup=_a_run),
+    Case("report-fail-on-slo-without-objective", ("llmload", "report", "ev/r1", "--fail-on-slo"),
+         2, "--fail-on-slo needs step objectives; add e.g. --slo ttft_p99=0.5",
+         setup=_a_run),
+    Case("report-out-unwritable", ("llmload", "report", "ev/r1", "--out", "/proc/llmload-x"), 2,
+         "cannot create the output directory /proc/llmload-x", setup=_a_run),
+    Case("report-corrupt-parquet", ("llmload", "report", "ev/r1"), 1,
+         "none of the 1 requests part(s) of ev/r1 can be read", setup=_corrupt_parts),
+    Case("report-schema-version", ("llmload", "report", "ev/r1"), 1,
+         "2.0 is not supported", setup=_future_schema),
+    Case("report-s3-no-credentials", ("llmload", "report", "s3://bucket/runs/r1"), 1,
+         "NoCredentialsError (no credentials found: set AWS_ACCESS_KEY_ID",
+         env={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:{free_port}"}),
+    Case("report-s3-unreachable", ("llmload", "report", "s3://bucket/runs/r1"), 1,
+         "EndpointConnectionError (store unreachable: check AWS_ENDPOINT_URL_S3",
+         env=S3_UNREACHABLE),
+    Case("compare-unknown-run", ("llmload", "compare", "ev/a", "ev/b"), 2,
+         "no llmload run at ev/a"),
+    Case("compare-negative-threshold", ("llmload", "compare", "ev/r1", "ev/r1", "--threshold=-1"),
+         2, "regression thresholds must be >= 0: --threshold -1.0"),
+    # -- llmload check, sim, store, upload-spool -------------------------------------------
+    Case("check-not-http", ("llmload", "check", "ftp://host"), 2,
+         "URL 'ftp://host' is not an http(s) URL"),
+    Case("check-timeout-zero", ("llmload", "check", "{sim}", "--timeout", "0"), 2,
+         "--timeout must be > 0 seconds, not 0.0"),
+    Case("check-ready-timeout-alone", ("llmload", "check", "{sim}", "--ready-timeout", "5"), 2,
+         "--ready-timeout needs --wait-ready"),
+    Case("sim-port-out-of-range", ("llmload", "sim", "--port", "70000"), 2,
+         "--port must be in 0..65535 (0: any free port), not 70000"),
+    Case("sim-fault-rate-above-one", ("llmload", "sim", "--fault-500-rate", "2"), 2,
+         "--fault-500-rate must be in [0, 1]"),
+    Case("sim-time-scale-zero", ("llmload", "sim", "--time-scale", "0"), 2,
+         "--time-scale must be > 0"),
+    Case("sim-tokens-per-event-zero", ("llmload", "sim", "--tokens-per-event", "0"), 2,
+         "--tokens-per-event: '0' needs 1 <= A <= B"),
+    Case("sim-unknown-profile", ("llmload", "sim", "--profile", "huge"), 2,
+         "unknown profile 'huge'"),
+    Case("sim-port-in-use", ("llmload", "sim", "--port", "{sim_port}"), 2,
+         "choose another --port (0: any free one)"),
+    Case("sim-truth-log-folder-missing",
+         ("llmload", "sim", "--port", "0", "--truth-log", "/proc/llmload-x/t.jsonl"), 2,
+         "--truth-log /proc/llmload-x/t.jsonl: folder /proc/llmload-x does not exist"),
+    Case("store-dir-unwritable", ("llmload", "store", "--dir", "/proc/llmload-x"), 2,
+         "cannot use /proc/llmload-x as the store's data directory"),
+    Case("store-port-out-of-range", ("llmload", "store", "--dir", "s", "--port", "70000"), 2,
+         "port 70000 is not a TCP port"),
+    Case("store-bad-bucket-name", ("llmload", "store", "--dir", "s", "--bucket", "My_Bucket"), 2,
+         "bucket name 'My_Bucket' is not valid in S3"),
+    Case("upload-spool-missing-dir", ("llmload", "upload-spool", "none", "--events-uri", "ev"), 2,
+         "spool directory none does not exist"),
+    Case("upload-spool-no-events-uri", ("llmload", "upload-spool", "spool"), 2,
+         "no events URI: give --events-uri or set LLMLOAD_EVENTS_URI", setup=_spool_dir),
+    Case("upload-spool-bad-uri", ("llmload", "upload-spool", "spool", "--events-uri", "ftp://x"),
+         2, "events URI scheme 'ftp' is not supported", setup=_spool_dir),
+    Case("unknown-subcommand", ("llmload", "frobnicate"), 2, "invalid choice: 'frobnicate'"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    with SimProcess(tmp_path_factory.mktemp("bad-inputs-sim")) as server:
+        yield server
+
+
+def _command(case: Case, sim: SimProcess, port: int) -> list[str]:
+    def fill(arg: str) -> str:
+        return (
+            arg.replace("{sim}", sim.url)
+            .replace("{sim_port}", str(sim.port))
+            .replace("{free_port}", str(port))
+        )
+
+    args = [fill(a) for a in case.argv[1:]]
+    if case.argv[0] == "locust":
+        host = [] if "--host" in args else ["--host", sim.url]
+        return [*LOCUST, *host, *args]
+    return [str(BIN / "llmload"), *args]
+
+
+def _environment(case: Case, cwd: Path, port: int, marker: str) -> dict[str, str]:
+    """The parent's environment without llmload, Locust or AWS settings, plus the case's."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LOCUST_", "LLMLOAD_", "AWS_")) and k != "OPENAI_API_KEY"}  # fmt: skip
+    env.update(
+        TMPDIR=str(cwd / "tmp"),  # the default spool lives here: inside the snapshot
+        AWS_SHARED_CREDENTIALS_FILE=str(cwd / "no-aws-credentials"),
+        AWS_CONFIG_FILE=str(cwd / "no-aws-config"),
+        AWS_EC2_METADATA_DISABLED="true",
+        LLMLOAD_BAD_INPUT_CASE=marker,
+    )
+    env.update({k: v.replace("{free_port}", str(port)) for k, v in case.env.items()})
+    return env
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        stat = path.lstat()
+        out[str(path.relative_to(root))] = (
+            (stat.st_size, stat.st_mtime_ns) if path.is_file() else (0, 0)
+        )
+    return out
+
+
+def _left_behind(pgid: int, marker: str) -> list[psutil.Process]:
+    """Processes of the case still alive: in its process group or carrying its marker."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if (
+                os.getpgid(proc.pid) == pgid
+                or proc.environ().get("LLMLOAD_BAD_INPUT_CASE") == marker
+            ):
+                found.append(proc)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c.id) for c in CASES],
+)
+def test_bad_input_is_one_line_and_nothing_else(
+    case: Case, sim: SimProcess, tmp_path: Path
+) -> None:
+    cwd = tmp_path / "cwd"
+    (cwd / "tmp").mkdir(parents=True)
+    if case.setup is not None:
+        case.setup(cwd)
+    port, marker = free_port(), uuid.uuid4().hex
+    before = _snapshot(cwd)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        _command(case, sim, port), cwd=cwd, env=_environment(case, cwd, port, marker),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=TIME_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"{case.id}: still running after {TIME_LIMIT_S} s:\n{output[-3000:]}")
+    elapsed = time.monotonic() - start
+    leftovers = _left_behind(proc.pid, marker)
+    for leftover in leftovers:
+        leftover.kill()
+
+    errors = [line for line in output.splitlines() if ERROR_LINE.match(line)]
+    assert proc.returncode == case.status, output[-3000:]
+    assert len(errors) == 1, output[-3000:]
+    fragments = (case.fragment,) if isinstance(case.fragment, str) else case.fragment
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    assert "Traceback" not in output, output[-3000:]
+    after = _snapshot(cwd)
+    assert after == before, f"written: {sorted(set(after.items()) ^ set(before.items()))}"
+    assert not leftovers, [p.info for p in leftovers]
+    assert elapsed < TIME_LIMIT_S
+
+
+def test_the_table_is_large_and_every_case_is_documented() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 40
+    doc = (ROOT / "docs" / "reliability.md").read_text()
+    section = doc.split("## Bad input", 1)[1].split("\n## ", 1)[0]
+    assert [i for i in ids if f"`{i}`" not in section] == []
+    documented = re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M)
+    assert sorted(documented) == sorted(ids)
+
+
+def test_every_status_and_fragment_is_in_the_doc() -> None:
+    """The doc's exit column is each case's status; its message holds the expected fragment."""
+    doc = (ROOT / "docs" / "reliability.md").read_text().split("## Bad input", 1)[1]
+    row = re.compile(r"^\| `([a-z0-9-]+)` \| .* \| (\d+) \| (.*) \|$", flags=re.M)
+    rows = {m[0]: (int(m[1]), m[2].replace("\\|", "|")) for m in row.findall(doc)}
+    for case in CASES:
+        status, message = rows[case.id]
+        fragments = (case.fragment,) if isinstance(case.fragment, str) else case.fragment
+        assert status == case.status, case.id
+        assert [f for f in fragments if f not in message] == [], case.id
