@@ -11,6 +11,7 @@ re-encoded and adjusted), and a word-level one over llmload's own words.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -77,7 +78,10 @@ def sentencepiece_bpe() -> object:
         vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
     )
     tok.train_from_iterator(corpus(), trainer)
-    tok.pre_tokenizer = None
+    # no pre-tokenizer from here on (tokenizers 0.19 cannot assign None: edit the JSON)
+    doc = json.loads(tok.to_str())
+    doc["pre_tokenizer"] = None
+    tok = Tokenizer.from_str(json.dumps(doc))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     tok.decoder = decoders.Sequence(
         [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
