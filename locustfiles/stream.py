@@ -147,8 +147,9 @@ class StreamState:
 
         Tokens in the server's final `usage` but in no event (an end-of-sequence token has no
         text) are placed at the finish event, when per-event counts are exact (usage or
-        tokenizer): so the events' tokens add up to `output_tokens` and TPOT and mean ITL
-        stay equal. With 1-per-event counts the remainder cannot be placed and is left out.
+        tokenizer), or when no event carried text at all (an answer that was only an EOS):
+        so the events' tokens add up to `output_tokens` and TPOT and mean ITL stay equal.
+        With 1-per-event counts the remainder cannot be placed and is left out.
         """
         if self.finish_reason is None and not self.done:
             raise StreamFailure(
@@ -156,14 +157,16 @@ class StreamState:
                 f"stream ended without a finish reason after {self.output_events} output events",
             )
         rec = self.record
-        if (
-            rec.completion_tokens is not None
-            and rec.first_token_ns is not None
-            and rec.output_tokens_source in ("usage", "tokenizer")
+        # exact per-event counts, or no event with text at all (an answer that was only an
+        # end-of-sequence token: the server's usage is the whole count)
+        no_text = rec.first_token_ns is None and not rec.chunk_offsets
+        if rec.completion_tokens is not None and (
+            rec.output_tokens_source in ("usage", "tokenizer") or no_text
         ):
             remainder = rec.completion_tokens - sum(rec.chunk_tokens)
-            if remainder > 0:
-                self._textless(remainder, max(self.finish_t or 0, rec.chunk_offsets[-1]))
+            at = max(self.finish_t or 0, rec.chunk_offsets[-1] if rec.chunk_offsets else 0)
+            if remainder > 0 and at:
+                self._textless(remainder, at)
 
 
 def parse_body(

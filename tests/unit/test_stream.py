@@ -154,3 +154,20 @@ def test_usage_only_at_the_end_is_not_mistaken_for_textless_tokens() -> None:
     state.on_event(chunk(content="c", finish="stop", usage={"completion_tokens": 3}), 20)
     state.on_end()
     assert rec.chunk_tokens == [2, 1]
+
+
+def test_an_answer_that_was_only_an_end_of_sequence_token_has_its_token_placed() -> None:
+    """The model's first token was EOS: no event carries text, usage counts 1. The token is
+    placed at the finish event, so chunk tokens still add up to usage; there is no TTFT."""
+    final_usage = json.dumps({"choices": [], "usage": {"completion_tokens": 1}}).encode()
+    for counter in (None, TokenCounter(lambda text: text.split(), "words")):
+        rec = record()
+        state = StreamState(rec, chat=True, counter=counter)
+        state.on_event(chunk(role=True), 10)
+        state.on_event(chunk(finish="stop"), 20)
+        state.on_event(final_usage, 25)
+        state.on_end()
+        rec.finish()
+        assert rec.chunk_tokens == [1] and rec.chunk_offsets == [20] and rec.chunk_chars == [0]
+        assert rec.first_token_ns is None and rec.output_tokens == 1
+        assert rec.output_tokens_source == "usage"
