@@ -17,6 +17,7 @@ from locust.exception import RPCError
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from analysis.errors import LlmloadError
+from locustfiles import live
 from locustfiles import options as chat_options
 from locustfiles.client import new_pool
 from locustfiles.master import (
@@ -91,6 +92,7 @@ def setup(environment: Any) -> None:
     environment.llmload_step = StepState()
     environment.llmload_worker = None
     environment.llmload_coordinator = None
+    live.setup(environment)  # llmload_live (master), llmload_recorder (worker), /llmload/metrics
     if _is_master(runner) and environment.parsed_options is not None:
         parsed = environment.parsed_options
         try:
@@ -131,6 +133,20 @@ def setup(environment: Any) -> None:
         environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
         environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
     environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))
+    if _is_master(runner) and environment.parsed_options is not None:
+        _add_live_views(environment)  # after _on_test_stop: the report needs the finish
+
+
+def _add_live_views(environment: Any) -> None:
+    """The LLM tab (web UI), the step lines (headless), the report at the end of a run."""
+    from locustfiles import console, endreport, webtab
+
+    if getattr(environment, "web_ui", None) is not None:
+        webtab.register(environment)
+    parsed = environment.parsed_options
+    if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
+        console.register(environment)
+    endreport.register(environment)
 
 
 def _with_coordinator(environment: Any, fn: Any) -> None:
@@ -232,6 +248,7 @@ def _start_worker(environment: Any) -> None:
             getattr(runner, "worker_index", 0) or 0,
             environment.llmload_step,
             report_probes=_probe_reporter(environment),
+            live=environment.llmload_recorder,
         )
     except LlmloadError as exc:  # this worker cannot send: the run must not go on without it
         _worker_cannot_start(environment, identity, str(exc))

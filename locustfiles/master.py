@@ -175,6 +175,10 @@ class RunCoordinator:
         self.server_metrics.start()
 
     def _announce(self, step: int, concurrency: int, cold: bool, started_at_ns: int) -> None:
+        ended = self.current
+        if ended is not None:  # e.g. the console's step line (locustfiles/console.py)
+            for listener in getattr(self.environment, "llmload_step_ended", ()):
+                listener(ended)
         self.current = {
             "step": step,
             "concurrency": concurrency,

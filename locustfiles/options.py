@@ -81,6 +81,8 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
          help="seconds to wait for a target that is still starting (0: it must answer at once, within --connect-timeout)"),
     _opt("--gc-freeze", default="on", choices=["on", "off"],
          help="freeze start-up objects out of the garbage collector (gc.freeze) so full collections during the run stay short"),
+    _opt("--report-dir", default="",
+         help="headless: write the report here at the end of the run; web UI: one folder per run here (default: a temporary folder)"),
 ]  # fmt: skip
 
 
@@ -122,6 +124,7 @@ class ChatOptions:
     scrape_interval: float = 2.0
     gc_freeze: bool = True
     wait_ready: float = 0.0
+    report_dir: str = ""
 
     @property
     def path(self) -> str:
@@ -255,4 +258,5 @@ def from_parsed(ns: Any) -> ChatOptions:
         ),
         gc_freeze=getattr(ns, "gc_freeze", "on") == "on",
         wait_ready=_positive("wait-ready", getattr(ns, "wait_ready", 0.0), allow_zero=True),
+        report_dir=getattr(ns, "report_dir", ""),
     )

@@ -26,6 +26,7 @@ import urllib3
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from locustfiles.client import Limits, execute, request_json
+from locustfiles.live import Observer, Recorder
 from locustfiles.manifest import ProbeRecord
 from locustfiles.monitor import LoopMonitor
 from locustfiles.options import ChatOptions
@@ -56,6 +57,7 @@ class WorkerContext:
         worker_index: int,
         step: StepState,
         report_probes: Callable[[list[dict[str, Any]]], None] | None = None,
+        live: Observer | None = None,
     ) -> None:
         self.options = options
         self.run_id = run_id
@@ -82,6 +84,7 @@ class WorkerContext:
         self._ready = False
         self.probes: list[dict[str, Any]] = []  # ProbeRecord dicts, for the manifest
         self.report_probes = report_probes
+        self.live: Observer = live if live is not None else Recorder()  # live.py
         self._lock = gevent.lock.Semaphore()
         self._close_lock = gevent.lock.Semaphore()
         self._secrets = secret_values(os.environ)
@@ -271,6 +274,7 @@ class WorkerContext:
                 cancel,
             )
         finally:
+            self.live.observe(record)  # live statistics (live.py); first: nothing here yields
             if self.monitor.running:  # the worker's own stalls during the request
                 record.worker_stall_ns = self.monitor.overlap_ns(started, _perf_ns())
             if record.error_detail:

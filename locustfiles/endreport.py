@@ -1,0 +1,150 @@
+"""The report at the end of a run, built on the master from the stored events.
+
+After the coordinator's finish (every worker has flushed its events and the final manifest
+is written), the master:
+- headless: prints the `llmload report <run_uri>` command and, with `--report-dir DIR`,
+  builds the report into DIR before Locust exits;
+- web UI: builds it in the background into `--report-dir DIR/<run_id>` (or a temporary
+  directory) and serves it at `/llmload/report` (locustfiles/webtab.py).
+
+The build is `llmload report RUN_URI --out DIR` (analysis.build_report) in a child process:
+the master's event loop keeps answering the web UI and the workers' heartbeats while pandas
+and matplotlib work, and nothing of the analysis runs under gevent's monkey-patching.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.storage import join_uri
+
+log = logging.getLogger("llmload.endreport")
+
+STDERR_KEPT = 2000  # characters of a failed build's output shown as its error
+
+
+@dataclass
+class ReportJob:
+    """One run's report build: status building, done or failed (with the error)."""
+
+    run_id: str
+    run_uri: str
+    out_dir: Path
+    status: str = "pending"
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    proc: Any = field(default=None, repr=False)
+
+    @property
+    def command(self) -> str:
+        return f"llmload report {self.run_uri}"
+
+    @property
+    def html(self) -> Path:
+        return self.out_dir / "report.html"
+
+    def run(self) -> None:
+        """Build (blocks the calling greenlet only: the child process does the work)."""
+        self.status, self.started_at = "building", time.time()
+        cmd = [sys.executable, "-m", "infra", "report", self.run_uri,
+               "--out", str(self.out_dir), "--quiet"]  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+            output, _ = self.proc.communicate()
+        except OSError as exc:
+            self._end("failed", f"could not start the report build: {exc}")
+            return
+        text = output.decode("utf-8", "replace").strip()
+        if self.proc.returncode == 0 and self.html.exists():
+            self._end("done", None)
+        else:
+            self._end("failed", text[-STDERR_KEPT:] or f"exit status {self.proc.returncode}")
+
+    def _end(self, status: str, error: str | None) -> None:
+        self.status, self.error, self.ended_at = status, error, time.time()
+        if status == "done":
+            log.info("llmload: report of run %s written to %s", self.run_id, self.out_dir)
+        else:
+            log.error("llmload: the report of run %s failed: %s", self.run_id, error)
+
+    def to_dict(self) -> dict[str, Any]:
+        now = self.ended_at or time.time()
+        return {
+            "run_id": self.run_id,
+            "run_uri": self.run_uri,
+            "status": self.status,
+            "error": self.error,
+            "out_dir": str(self.out_dir),
+            "command": self.command,
+            "elapsed_s": round(now - self.started_at, 1) if self.started_at else None,
+        }
+
+
+def new_job(coordinator: Any, report_dir: str, per_run: bool) -> ReportJob:
+    """The job of a finished coordinator's run; `per_run`: a folder per run under report_dir."""
+    run_id = coordinator.run_id
+    run_uri = join_uri(coordinator.options.events_uri, run_id)
+    if report_dir:
+        out = Path(report_dir) / run_id if per_run else Path(report_dir)
+    else:
+        out = Path(tempfile.mkdtemp(prefix=f"llmload-report-{run_id}-"))
+    return ReportJob(run_id, run_uri, out)
+
+
+def _finished_coordinator(environment: Any) -> Any:
+    coordinator = getattr(environment, "llmload_coordinator", None)
+    if coordinator is None or coordinator.finished_at is None:
+        return None  # the run never began (bad options), or its finish did not run
+    return coordinator
+
+
+def on_run_end_headless(environment: Any) -> ReportJob | None:
+    """Headless: print the command; with --report-dir build the report now, before exiting."""
+    coordinator = _finished_coordinator(environment)
+    if coordinator is None:
+        return None
+    job = new_job(coordinator, coordinator.options.report_dir, per_run=False)
+    print(f"llmload: make the report with: {job.command}", flush=True)
+    if not coordinator.options.report_dir:
+        return None
+    job.run()
+    if job.status == "done":
+        print(f"llmload: report written to {job.out_dir}/report.html", flush=True)
+    else:
+        print(f"llmload: error: the report could not be built: {job.error}", file=sys.stderr,
+              flush=True)  # fmt: skip
+    return job
+
+
+def on_run_end_web(environment: Any) -> ReportJob | None:
+    """Web UI: build the report in the background; /llmload/report serves its status, then it."""
+    import gevent
+
+    coordinator = _finished_coordinator(environment)
+    if coordinator is None:
+        return None
+    job = new_job(coordinator, coordinator.options.report_dir, per_run=True)
+    reports: dict[str, ReportJob] = getattr(environment, "llmload_reports", {})
+    reports[job.run_id] = job
+    environment.llmload_reports = reports
+    environment.llmload_report_latest = job.run_id
+    job.status = "building"
+    gevent.spawn(job.run)
+    return job
+
+
+def register(environment: Any) -> None:
+    """Master: after the coordinator's finish (register after chat.py's test_stop listener)."""
+    web = getattr(environment, "web_ui", None) is not None
+    handler = on_run_end_web if web else on_run_end_headless
+    environment.events.test_stop.add_listener(lambda **_: handler(environment))
