@@ -31,7 +31,7 @@ ERROR_KINDS: Final = (
     "queue_rejected",  # 429/503: queue full or rate limited
     "http_5xx",  # other 5xx
     "ttft_timeout",  # no first token within --ttft-timeout
-    "stall_timeout",  # no event for --stall-timeout during the stream
+    "stall_timeout",  # no byte for --stall-timeout after the first token
     "total_timeout",  # the whole request exceeded --request-timeout
     "stream_error",  # the server sent an error event inside the stream
     "malformed_event",  # an event that is not valid JSON / not the expected shape

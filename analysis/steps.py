@@ -160,7 +160,12 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         error_kind=req["error_kind"].to_numpy(object),
         prompt_for_rate=prompt,
         prompt_requested=requested,
-        prompt_offset=reported - requested,
+        # prompts llmload built; a dataset's lengths never counted the chat template
+        prompt_offset=np.where(
+            req["scenario"].astype(str).str.startswith("dataset:").to_numpy(),
+            np.nan,
+            reported - requested,
+        ),
         good=slo.good(metrics.per_request, ok),
         chunk_request=chunk_request,
         chunk_at=sent[chunk_request] + offsets,

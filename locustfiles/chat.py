@@ -28,7 +28,7 @@ from locustfiles.master import (
     MSG_HELLO,
     MSG_PROBES,
     MSG_WORKER_FAILED,
-    new_run_id,
+    choose_run_id,
     worker_identity,
 )
 from locustfiles.preflight import check_store_reachable, form_namespace, preflight
@@ -99,8 +99,11 @@ def setup(environment: Any) -> None:
             options = chat_options.from_parsed(parsed)
             if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
                 # everything the options refer to, before any user starts (preflight.py)
-                run_id = options.run_id or new_run_id()
-                preflight(options, environment.host or "", run_id)
+                run_id = choose_run_id(environment, options.run_id)
+                environment.llmload_pending_probes = preflight(
+                    options, environment.host or "", run_id,
+                    check_tokenizer=not isinstance(runner, MasterRunner),
+                )  # fmt: skip
                 environment.llmload_next_run_id = run_id
             elif not environment.host:
                 raise LlmloadError(
@@ -220,16 +223,18 @@ def _check_web_ui_starts(environment: Any) -> None:
             return None
         if environment.runner.state in ("spawning", "running"):
             return None  # editing a run that is going: it passed its preflight
+        host = str(request.form.get("host") or environment.host or "")
         try:
             parsed = form_namespace(environment.parsed_options, request.form)
-            host = str(request.form.get("host") or environment.host or "")
             options = chat_options.from_parsed(parsed)
-            run_id = options.run_id or new_run_id()
-            preflight(options, host, run_id)
+            run_id = choose_run_id(environment, options.run_id)
+            probes = preflight(options, host, run_id,
+                               check_tokenizer=not isinstance(environment.runner, MasterRunner))  # fmt: skip
         except LlmloadError as exc:
             log.error("llmload: error: %s", exc)
             return jsonify({"success": False, "message": f"llmload: {exc}", "host": host})
         environment.llmload_next_run_id = run_id
+        environment.llmload_pending_probes = probes
         return None
 
 

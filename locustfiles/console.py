@@ -20,6 +20,8 @@ from typing import Any, TextIO
 
 import gevent
 
+from locustfiles.sketch import RELATIVE_ACCURACY
+
 log = logging.getLogger("llmload.console")
 
 STEP_LINE_DELAY_S = 4.0  # > Locust's worker report interval (3 s)
@@ -108,7 +110,7 @@ class StepConsole:
         self._printed.add(key)
         try:
             row = _summary(live, step)
-            accuracy = live.snapshot().get("relative_accuracy")
+            accuracy = RELATIVE_ACCURACY
         except Exception:  # a console line is never worth a run: say so and go on
             log.exception("llmload: could not summarise step %s for the console", step)
             return

@@ -148,3 +148,17 @@ def register(environment: Any) -> None:
     web = getattr(environment, "web_ui", None) is not None
     handler = on_run_end_web if web else on_run_end_headless
     environment.events.test_stop.add_listener(lambda **_: handler(environment))
+    environment.events.quitting.add_listener(lambda **_: stop_building(environment))
+
+
+def stop_building(environment: Any) -> None:
+    """The master is quitting: end a report build still running (never leave it behind)."""
+    for job in (getattr(environment, "llmload_reports", None) or {}).values():
+        proc = job.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)

@@ -303,7 +303,7 @@ class LiveStats:
             "ttft_p99": ttft.quantile(0.99),
             "tpot_p50": tpot.quantile(0.5),
             "tpot_p99": tpot.quantile(0.99),
-            "output_tokens_per_s": tokens / span,
+            "output_tokens_per_s": tokens / span if self.window else None,  # no report yet
         }
         self.series.append(point)
         return point

@@ -98,7 +98,7 @@ class LiveCollector:
         yield GaugeMetricFamily("llmload_step", "Current step (-1: cold group)", value=step_value)
         yield GaugeMetricFamily(
             "llmload_concurrency", "Target concurrency of the current step",
-            value=float(current["concurrency"]),
+            value=math.nan if step is None and not current["cold"] else float(current["concurrency"]),
         )  # fmt: skip
         yield GaugeMetricFamily(
             "llmload_workers", "Connected workers", value=float(self.live.workers())

@@ -77,6 +77,7 @@ PROBE_PURPOSES = (
     "ignore_eos",
     "continuous_usage",
     "calibration",
+    "preflight",
     "target_models",
     "target_version",
 )

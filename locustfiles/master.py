@@ -330,6 +330,14 @@ class RunCoordinator:
         )
 
 
+def choose_run_id(environment: Any, requested: str) -> str:
+    """The id of the next run in this process: `requested` (--run-id) or a new one, made
+    unique among this process's runs (a web UI started twice with one --run-id)."""
+    used: set[str] = getattr(environment, "llmload_run_ids", set())
+    run_id = requested or new_run_id()
+    return f"{run_id}-{len(used) + 1}" if run_id in used else run_id
+
+
 def begin_run(environment: Any) -> RunCoordinator | None:
     """A new run on the master: options validated, run id chosen (and handed to workers)."""
     from analysis.errors import UsageError
@@ -341,16 +349,18 @@ def begin_run(environment: Any) -> RunCoordinator | None:
     except UsageError as exc:
         log.error("llmload: %s", exc)
         return None
-    used: set[str] = getattr(environment, "llmload_run_ids", set())
-    # the id the preflight wrote the first manifest under, else the option, else a new one
-    run_id = getattr(environment, "llmload_next_run_id", None) or options.run_id or new_run_id()
+    # the id the preflight wrote the first manifest under, else a fresh one
+    run_id = getattr(environment, "llmload_next_run_id", None) or choose_run_id(
+        environment, options.run_id
+    )
     environment.llmload_next_run_id = None
-    if run_id in used:
-        run_id = f"{run_id}-{len(used) + 1}"
+    used: set[str] = getattr(environment, "llmload_run_ids", set())
     used.add(run_id)
     environment.llmload_run_ids = used
     environment.parsed_options.run_id = run_id  # travels to workers with the spawn message
     coordinator = RunCoordinator(environment, options, run_id)
+    coordinator.add_probes(getattr(environment, "llmload_pending_probes", None) or [])
+    environment.llmload_pending_probes = []
     environment.llmload_coordinator = coordinator
     log.info("llmload: run %s -> %s", run_id, options.events_uri)
     return coordinator

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from typing import Any
 
 import requests
 
 from analysis.errors import LlmloadError, UsageError
 from analysis.storage import ObjectStore, open_store
-from locustfiles.manifest import RunManifest, write_manifest
+from locustfiles.manifest import ProbeRecord, RunManifest, write_manifest
 from locustfiles.options import ChatOptions
 from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer
 
@@ -44,10 +45,11 @@ def check_prompts(options: ChatOptions) -> TokenCounter | None:
     return counter
 
 
-def check_target(host: str, options: ChatOptions) -> None:
+def check_target(host: str, options: ChatOptions) -> ProbeRecord:
     """The target answers (any HTTP status) within --connect-timeout, or within --wait-ready.
 
-    A GET of `/v1/models` with its own request id (`probe-preflight-…`), like every probe.
+    A GET of `/v1/models` with its own request id, like every probe; returned for the
+    manifest's `probes` (purpose `preflight`).
     """
     if not host:
         raise UsageError(
@@ -55,7 +57,8 @@ def check_target(host: str, options: ChatOptions) -> None:
         )
     url = host.rstrip("/") + "/v1/models"
     key = options.api_key()
-    headers = {"X-Request-Id": "probe-preflight-" + os.urandom(8).hex()}
+    request_id = "probe-" + uuid.uuid4().hex
+    headers = {"X-Request-Id": request_id}
     if key:
         headers["Authorization"] = f"Bearer {key}"
     budget = options.wait_ready if options.wait_ready > 0 else options.connect_timeout
@@ -63,9 +66,11 @@ def check_target(host: str, options: ChatOptions) -> None:
     while True:
         left = max(0.1, deadline - time.monotonic())
         try:
-            requests.get(url, headers=headers, timeout=min(options.connect_timeout, left),
-                         allow_redirects=False).close()  # fmt: skip
-            return
+            resp = requests.get(url, headers=headers, timeout=min(options.connect_timeout, left),
+                                allow_redirects=False)  # fmt: skip
+            resp.close()
+            outcome = "ok" if resp.status_code == 200 else f"http {resp.status_code}"
+            return ProbeRecord(request_id, "preflight", resp.status_code, outcome)
         except requests.RequestException as exc:
             if options.wait_ready <= 0 or time.monotonic() + WAIT_POLL_S >= deadline:
                 waited = f" in {budget:g} s (--wait-ready)" if options.wait_ready > 0 else ""
@@ -133,11 +138,19 @@ def _store_reason(exc: BaseException) -> str:
     return (text if text else type(exc).__name__)[:200]
 
 
-def preflight(options: ChatOptions, host: str, run_id: str) -> None:
-    """Everything the master checks before a run: raises UsageError naming the first problem."""
-    check_prompts(options)
-    check_target(host, options)
+def preflight(
+    options: ChatOptions, host: str, run_id: str, *, check_tokenizer: bool = True
+) -> list[ProbeRecord]:
+    """Everything the master checks before a run: raises UsageError naming the first problem.
+
+    Returns the probes it sent (for the manifest). `check_tokenizer=False` on a master with
+    workers: each worker loads the tokenizer on its own host, which may be the only one
+    that has it."""
+    if check_tokenizer:
+        check_prompts(options)
+    probe = check_target(host, options)
     write_first_manifest(options, run_id, host)
+    return [probe]
 
 
 def form_namespace(parsed: Any, form: Any) -> Any:

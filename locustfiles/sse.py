@@ -235,7 +235,9 @@ def _dechunk(
     pending = b""
     left = 0  # data bytes of the current chunk still to come
     state = "size"  # size line | data | crlf after data | trailer lines after the last chunk
-    last_t = 0
+    # never earlier than the clock's start (the headers): bytes the kernel took in while
+    # http.client was still parsing the headers would otherwise precede them
+    last_t = clock.last if clock is not None else 0
     got = first_read()
     while True:
         data, t = got if got is not None else read()

@@ -98,16 +98,19 @@ class WorkerContext:
             config = dataclasses.replace(config, spool_dir=Path(options.spool_dir))
         self.sink = EventSink(config)
         self.sink.start()
-        # everything slow done once now, before the first measured request (warmup.py)
-        log.info(
-            "llmload: encoding and Parquet warmed up in %.2f s", warm_up(self.sink.encode_context)
-        )
-        if options.gc_freeze:
-            freeze_gc()
-        self.monitor = LoopMonitor(
-            on_sample=lambda row: self.sink.append_row("samples", row),
-            on_stall=lambda row: self.sink.append_row("stalls", row),
-        ).start()
+        try:
+            # everything slow done once now, before the first measured request (warmup.py)
+            seconds = warm_up(self.sink.encode_context)
+            log.info("llmload: encoding and Parquet warmed up in %.2f s", seconds)
+            if options.gc_freeze:
+                freeze_gc()
+            self.monitor = LoopMonitor(
+                on_sample=lambda row: self.sink.append_row("samples", row),
+                on_stall=lambda row: self.sink.append_row("stalls", row),
+            ).start()
+        except BaseException:  # this worker cannot start: its sink must not live on
+            self.sink.close(timeout=5)
+            raise
         self.sink_report: dict[str, Any] | None = None
         self.sent = 0
         self.cold_sent = 0
@@ -274,7 +277,10 @@ class WorkerContext:
                 cancel,
             )
         finally:
-            self.live.observe(record)  # live statistics (live.py); first: nothing here yields
+            try:  # live statistics (live.py); first: nothing here yields
+                self.live.observe(record)
+            except Exception:  # never at the cost of the request's row
+                log.exception("llmload: live statistics could not take request %s", request_id)
             if self.monitor.running:  # the worker's own stalls during the request
                 record.worker_stall_ns = self.monitor.overlap_ns(started, _perf_ns())
             if record.error_detail:

@@ -176,9 +176,10 @@ def test_connect_errors_and_total_timeouts(tmp_path: Path) -> None:
                       "--ignore-eos", "off", "--continuous-usage", "off")  # fmt: skip
     requests, _, manifest = dead.events()
     assert len(requests) > 0 and set(requests["error_kind"]) == {"connect"}, dead.output
-    # the failed probes are listed too, with why they failed
+    # the failed probes are listed too, with why they failed (the start-up preflight, answered)
     outcomes = {p["purpose"]: p["outcome"] for p in manifest["probes"]}
-    assert set(outcomes) == {"target_models", "target_version", "calibration"}, outcomes
+    assert set(outcomes) == {"preflight", "target_models", "target_version", "calibration"}
+    assert outcomes.pop("preflight") == "http 404"
     assert all(o.startswith("connect error: ") for o in outcomes.values()), outcomes
     with start_sim(tmp_path / "sim") as sim:
         slow = run_locust(sim.url, tmp_path / "slow", "--steps", "1", "--step-duration", "1.5",

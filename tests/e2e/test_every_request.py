@@ -19,7 +19,12 @@ from tests.support.chat import run_locust, start_sim
 RUN = ("--steps", "2", "--step-duration", "1.5", "--step-warmup", "0.2", "--cold-requests", "0",
        "--workload", "D(16,8)")  # fmt: skip
 WORKER_PURPOSES = ["calibration", "calibration", "continuous_usage", "ignore_eos", "models"]
-GET_PURPOSES = ("models", "target_models", "target_version")  # the truth log has POSTs only
+GET_PURPOSES = (
+    "models",
+    "preflight",
+    "target_models",
+    "target_version",
+)  # the truth log has POSTs only
 
 
 @dataclass
@@ -56,7 +61,7 @@ def test_every_probe_is_listed_once_with_its_outcome(run: Run) -> None:
         mine = sorted(p["purpose"] for p in probes if p["worker_id"] == worker)
         assert mine == WORKER_PURPOSES, (worker, probes)
     master = sorted(p["purpose"] for p in probes if p["worker_id"] is None)
-    assert master == ["target_models", "target_version"]
+    assert master == ["preflight", "target_models", "target_version"]
     assert {p["worker_id"] for p in probes} == workers | {None}
     for p in probes:
         assert p["http_status"] == 200 and p["outcome"] == "ok", p
