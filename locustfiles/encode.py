@@ -100,7 +100,9 @@ def encode_requests(
         try:
             converted = [pa.Table.from_pylist(part, schema=REQUESTS_SCHEMA)]
         except (pa.ArrowException, TypeError, ValueError, AttributeError):
-            converted = _requests_one_by_one(part, result)
+            converted = _one_by_one(
+                part, result, REQUESTS_SCHEMA, lambda r: f"request row {r.get('request_id')!r}"
+            )
         for table in converted:
             table = _fill_keys(table, ctx, result, "requests")
             if not ctx.store_prompts:
@@ -116,13 +118,19 @@ def encode_requests(
     return result
 
 
-def _requests_one_by_one(part: Sequence[Mapping[str, Any]], result: EncodeResult) -> list[pa.Table]:
+def _one_by_one(
+    part: Sequence[Mapping[str, Any]],
+    result: EncodeResult,
+    schema: pa.Schema,
+    what: Callable[[Mapping[str, Any]], str],
+) -> list[pa.Table]:
+    """Convert rows one at a time (a slice failed): keep the good, reject and describe the bad."""
     good = []
     for row in part:
         try:
-            good.append(pa.Table.from_pylist([dict(row)], schema=REQUESTS_SCHEMA))
+            good.append(pa.Table.from_pylist([dict(row)], schema=schema))
         except (pa.ArrowException, TypeError, ValueError, AttributeError) as exc:
-            result.reject(1, f"request row {row.get('request_id')!r} rejected: {exc}")
+            result.reject(1, f"{what(row)} rejected: {exc}")
     return good
 
 
@@ -177,12 +185,7 @@ def encode_rows(
         try:
             converted = [pa.Table.from_pylist(part, schema=schema)]
         except (pa.ArrowException, TypeError, ValueError, AttributeError):
-            converted = []
-            for row in part:
-                try:
-                    converted.append(pa.Table.from_pylist([dict(row)], schema=schema))
-                except (pa.ArrowException, TypeError, ValueError, AttributeError) as exc:
-                    result.reject(1, f"{name} row rejected: {exc}")
+            converted = _one_by_one(part, result, schema, lambda _: f"{name} row")
         for table in converted:
             tables.append(_check(_fill_keys(table, ctx, result, name), result, name))
         pause()

@@ -85,3 +85,16 @@ def test_pause_is_called_between_slices() -> None:
     off, tok, ch = chunk_columns(2)
     encode_chunks([("r", off, tok, ch, "content")] * 60, CTX, lambda: calls.append(1))
     assert len(calls) >= 3
+
+
+def test_small_tables_keep_good_rows_and_reject_bad_ones_alone() -> None:
+    from locustfiles.encode import encode_rows
+
+    good = {"at_ns": 1, "interval_ns": 10, "cpu_percent": 12.5, "loop_lag_us": [3, 4]}
+    bad = {**good, "cpu_percent": "lots"}
+    result = encode_rows("samples", [good, bad, good], CTX)
+    assert result.table.num_rows == 2 and result.rejected == 1
+    assert result.errors[0].startswith("samples row rejected: ")
+    assert set(result.table.column("worker_id").to_pylist()) == {"w1"}
+    stalls = encode_rows("stalls", [{"started_at_ns": 5, "length_ns": None}], CTX)
+    assert stalls.table.num_rows == 0 and stalls.rejected == 1  # length is required
