@@ -122,7 +122,13 @@ STALLS_SCHEMA: Final = _with_version(
         pa.field("length_ns", pa.int64(), nullable=False),
     ]
 )
-"""1.1: one row per stall of a worker's event loop (a lag of 5 ms or more)."""
+"""1.1: one row per stall of a worker's event loop (a lag of STALL_NS or more)."""
+
+STALL_NS: Final = 5_000_000
+"""A worker's event loop late by this much or more has stalled (a `stalls` row); a worker
+whose loop-lag p99 reaches it is saturated, as is one at SATURATED_CPU_PERCENT."""
+SATURATED_CPU_PERCENT: Final = 80.0
+"""A worker at or above this CPU% is saturated: its timings include its own delay."""
 
 TABLES: Final = {
     "requests": REQUESTS_SCHEMA,

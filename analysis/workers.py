@@ -19,17 +19,17 @@ written before schema 1.1 have no samples: the columns are missing, never 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
+from analysis.schema import SATURATED_CPU_PERCENT, STALL_NS
+from analysis.stats import weighted_quantiles
 from analysis.windows import Window
 
-SATURATED_CPU_PERCENT: Final = 80.0
-"""A worker at or above this CPU% in a step is saturated (its timings include its own delay)."""
-SATURATED_LAG_MS: Final = 5.0
+SATURATED_LAG_MS: Final = STALL_NS / 1e6
 """A worker whose loop-lag p99 in a step is at or above this is saturated."""
 
 HEALTH_COLUMNS: Final = (
@@ -39,15 +39,6 @@ HEALTH_COLUMNS: Final = (
     "requests_worker_stalled",
 )
 """Summary columns this module adds to every step row (docs/reports.md)."""
-
-
-def _p99(values: np.ndarray) -> float:
-    """Nearest-rank 99th percentile (as analysis/stats.py), NaN for no values."""
-    if len(values) == 0:
-        return float("nan")
-    ordered = np.sort(values)
-    rank = int(np.ceil(0.99 * len(ordered))) - 1
-    return float(ordered[max(rank, 0)])
 
 
 @dataclass
@@ -62,6 +53,9 @@ class WorkerHealth:
     stall_worker: np.ndarray
     stall_at_ns: np.ndarray
     measured: bool  # any sample at all (a run written before schema 1.1 has none)
+    _per_worker: dict[Window, dict[str, tuple[float, float]]] = field(
+        default_factory=dict, repr=False
+    )  # per_worker's answers: each window is asked twice (columns, warnings)
 
     @classmethod
     def of(
@@ -95,12 +89,16 @@ class WorkerHealth:
 
     def per_worker(self, window: Window) -> dict[str, tuple[float, float]]:
         """worker -> (CPU% max, loop-lag p99 ms) over the samples overlapping `window`."""
+        if window in self._per_worker:
+            return self._per_worker[window]
         inside = (self.end_ns >= window.start_ns) & (self.start_ns <= window.end_ns)
         out: dict[str, tuple[float, float]] = {}
         for worker in sorted(set(self.worker[inside].tolist())):
             mine = np.flatnonzero(inside & (self.worker == worker))
             lags = np.concatenate([self.lags[i] for i in mine]) if len(mine) else np.array([])
-            out[worker] = (float(self.cpu[mine].max()), _p99(lags) / 1000.0)
+            p99 = float(weighted_quantiles(lags.astype(np.float64), None, [0.99])[0])
+            out[worker] = (float(self.cpu[mine].max()), p99 / 1000.0)
+        self._per_worker[window] = out
         return out
 
     def columns(self, window: Window | None, stalled_requests: int | None) -> dict[str, Any]:

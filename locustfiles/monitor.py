@@ -24,17 +24,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
+from analysis.schema import SATURATED_CPU_PERCENT, STALL_NS
+
 log = logging.getLogger("llmload.monitor")
 
 TICK_S: Final = 0.005
 """Lag probe period: a stall's start is known to within one tick."""
 SAMPLE_S: Final = 1.0
 """One sample row (CPU%, the interval's lags) per this many seconds."""
-STALL_NS: Final = 5_000_000
-"""A lag of this much or more is a stall (recorded, and flagged on overlapping requests)."""
-SATURATED_CPU_PERCENT: Final = 80.0
-"""A worker above this CPU% (or with loop-lag p99 >= STALL_NS) is saturated: its timings
-include its own delay. The report warns; the worker logs it as it happens."""
 _WARN_EVERY_S: Final = 30.0
 _KEEP_STALLS: Final = 4096
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from analysis.storage import FileStore, ObjectStore, S3Store, StorageError
+from analysis.storage import FileStore, ObjectStore, StorageError
 from locustfiles.encode import EncodeContext, EncodeResult
 from locustfiles.runtime import Runtime, Waitable
 from locustfiles.secrets import redact
@@ -250,12 +250,6 @@ class SinkPipeline:
             if key not in self._index.parts:
                 self._index.parts[key] = rt.run_blocking(self._spool.part_rows, key)
         self._index_dirty = True
-        store = self._store
-        if isinstance(store, S3Store):  # make the boto3 client (~0.3 s of CPU) off the loop
-            try:
-                rt.run_blocking(lambda: store.client)
-            except Exception as exc:
-                self._note_failure(exc)
 
     def _reject_everything(self) -> None:
         rejected, waiters = self._source.reject_buffered()
