@@ -18,7 +18,7 @@ import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.ports import free_port
-from tests.e2e.test_web_ui import CHROMIUM_ARGS, wait_http
+from tests.e2e.test_web_ui import CHROMIUM_ARGS, start_staircase, wait_http
 from tests.support.chat import BIN, LOCUSTFILE, start_sim, start_worker
 
 STEP_S = 8
@@ -67,12 +67,7 @@ def test_the_tab_agrees_with_the_report_and_the_endpoint_parses(tmp_path: Path) 
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
                 page.goto(f"{base}/")
-                page.get_by_text("Custom parameters").click()
-                page.fill("input[name=steps]", "1,2")
-                page.fill("input[name=stepDuration]", str(STEP_S))
-                page.fill("input[name=stepWarmup]", "1")
-                page.fill("input[name=workload]", "D(12,8)")
-                page.get_by_role("button", name="START").click()
+                start_staircase(page, "1,2", STEP_S, 1, "D(12,8)")
                 page.get_by_role("tab", name="LLM").click()
                 table = page.locator("table").first
                 # step 1 running with at most 3 s left: step 0 ended > one worker report ago

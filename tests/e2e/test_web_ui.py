@@ -8,12 +8,23 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from infra.ports import free_port
 from tests.support.chat import BIN, LOCUSTFILE, start_sim, unseen_by_server
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+
+
+def start_staircase(page: Any, steps: str, duration: float, warmup: float, workload: str) -> None:
+    """Set llmload's staircase in Locust's start form (its custom parameters) and start."""
+    page.get_by_text("Custom parameters").click()
+    page.fill("input[name=steps]", steps)
+    page.fill("input[name=stepDuration]", f"{duration:g}")
+    page.fill("input[name=stepWarmup]", f"{warmup:g}")
+    page.fill("input[name=workload]", workload)
+    page.get_by_role("button", name="START").click()
 
 
 def wait_http(url: str, timeout: float = 20) -> None:
@@ -50,12 +61,7 @@ def test_a_run_started_from_the_web_ui_steps_and_records_events(tmp_path: Path) 
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 page.goto(f"http://127.0.0.1:{port}/")
                 # llmload's options are in the form; set the staircase there.
-                page.get_by_text("Custom parameters").click()
-                page.fill("input[name=steps]", "1,2")
-                page.fill("input[name=stepDuration]", "2")
-                page.fill("input[name=stepWarmup]", "0.5")
-                page.fill("input[name=workload]", "D(12,8)")
-                page.get_by_role("button", name="START").click()
+                start_staircase(page, "1,2", 2, 0.5, "D(12,8)")
                 manifest = None
                 deadline = time.monotonic() + 40
                 while time.monotonic() < deadline:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from infra.ports import free_port
-from tests.e2e.test_web_ui import CHROMIUM_ARGS, wait_http
+from tests.e2e.test_web_ui import CHROMIUM_ARGS, start_staircase, wait_http
 from tests.support.chat import BIN, LOCUSTFILE, start_sim
 
 
@@ -48,12 +48,7 @@ def test_the_llm_tab_shows_live_steps_and_links_the_report(tmp_path: Path) -> No
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
                 page.goto(f"{base}/")
-                page.get_by_text("Custom parameters").click()
-                page.fill("input[name=steps]", "1,2")
-                page.fill("input[name=stepDuration]", "4")
-                page.fill("input[name=stepWarmup]", "0.5")
-                page.fill("input[name=workload]", "D(12,8)")
-                page.get_by_role("button", name="START").click()
+                start_staircase(page, "1,2", 4, 0.5, "D(12,8)")
 
                 page.get_by_role("tab", name="LLM").click()
                 table = page.locator("table").first
