@@ -7,6 +7,7 @@ watch every process the demo starts and check that none outlives it, Ctrl-C incl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -123,11 +124,14 @@ class _Watcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                for child in self.root.children(recursive=True):
-                    if child.pid not in self.seen:
-                        self.seen[child.pid] = (child.create_time(), " ".join(child.cmdline()))
+                children = self.root.children(recursive=True)
             except psutil.Error:
-                pass
+                children = []
+            for child in children:  # one child exiting mid-look must not hide the others
+                if child.pid in self.seen:
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    self.seen[child.pid] = (child.create_time(), " ".join(child.cmdline()))
             time.sleep(0.05)
 
     def stop(self) -> None:
