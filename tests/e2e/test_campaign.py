@@ -127,9 +127,10 @@ class _Watcher:
                 children = self.root.children(recursive=True)
             except psutil.Error:
                 children = []
-            for child in children:  # one child exiting mid-look must not hide the others
-                if child.pid in self.seen:
-                    continue
+            # One child exiting mid-look must not hide the others, and a child is looked at
+            # again on every pass: one caught between fork and exec still shows its parent's
+            # command line (CI once recorded the demo's weed process as "llmload demo").
+            for child in children:
                 with contextlib.suppress(psutil.Error):
                     self.seen[child.pid] = (child.create_time(), " ".join(child.cmdline()))
             time.sleep(0.05)
