@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from analysis.errors import SchemaVersionError
 
-SCHEMA_VERSION: Final = "1.1"
+SCHEMA_VERSION: Final = "1.2"
 """major.minor: readers accept any minor of a major they know and refuse other majors."""
 
 SUPPORTED_MAJORS: Final = frozenset({1})
@@ -19,7 +19,9 @@ SUPPORTED_MAJORS: Final = frozenset({1})
 METADATA_KEY: Final = b"llmload.schema_version"
 """Parquet/Arrow schema metadata key that carries SCHEMA_VERSION in every part."""
 
-STATUSES: Final = ("ok", "error", "cancelled", "aborted")
+STATUSES: Final = ("ok", "error", "cancelled", "aborted", "dropped")
+"""`dropped` (1.2): an open-loop arrival not sent because `--max-concurrency` requests were in
+flight and `--over-cap drop` was chosen; it has no response times."""
 TOKEN_SOURCES: Final = ("usage", "tokenizer", "events")
 CHUNK_KINDS: Final = ("content", "reasoning")
 
@@ -88,6 +90,11 @@ REQUESTS_SCHEMA: Final = _with_version(
         # 1.1: how far the worker's own delays may have touched this request
         pa.field("coalesced_events", pa.int32()),
         pa.field("worker_stall_ns", pa.int64()),
+        # 1.2: open-loop (rate) steps; null in concurrency steps
+        pa.field("rate", pa.float64()),
+        pa.field("arrival_index", pa.int64()),
+        pa.field("intended_ns", pa.int64()),
+        pa.field("queued_ns", pa.int64()),
     ]
 )
 

@@ -22,6 +22,7 @@ from locustfiles import options as chat_options
 from locustfiles.client import new_pool
 from locustfiles.master import (
     MSG_CLOCK,
+    MSG_CLOCK_OFFSET,
     MSG_CLOCK_REPLY,
     MSG_FINISH,
     MSG_FINISHED,
@@ -33,7 +34,7 @@ from locustfiles.master import (
 )
 from locustfiles.preflight import check_store_reachable, form_namespace, preflight
 from locustfiles.shape import StepShape
-from locustfiles.steps import MSG_STEP, MSG_STEP_QUERY, StepState
+from locustfiles.steps import MSG_IN_FLIGHT, MSG_STEP, MSG_STEP_QUERY, StepState
 from locustfiles.worker import WorkerContext, failure_for
 
 log = logging.getLogger("llmload")
@@ -63,19 +64,27 @@ class ChatUser(User):
         if ctx is None or ctx.sink_report is not None or ctx.holding():
             gevent.sleep(0.05)  # starting, finishing, or cold requests done: send nothing
             return
+        if (ctx.step.rate is not None and not ctx.step.cold) or ctx.step.paused:
+            gevent.sleep(0.1)  # a rate step: the worker's dispatcher sends (openloop.py)
+            return
         record = ctx.run_one(self.pool)
         if record is None:
             return
-        self.environment.events.request.fire(
-            request_type=ctx.options.endpoint,
-            name=record.scenario,
-            response_time=(record.end_ns or 0) / 1e6,
-            response_length=sum(record.chunk_chars),
-            exception=failure_for(record),
-            context={"request_id": record.request_id, "step": record.step},
-        )
+        fire_request(self.environment, record)
         if record.error_kind == "connect":
             gevent.sleep(0.5)  # a dead server must not make this loop spin
+
+
+def fire_request(environment: Any, record: Any) -> None:
+    """Locust's request event for one finished request (its statistics, its web UI)."""
+    environment.events.request.fire(
+        request_type=record.endpoint,
+        name=record.scenario,
+        response_time=(record.end_ns or 0) / 1e6,
+        response_length=sum(record.chunk_chars),
+        exception=failure_for(record),
+        context={"request_id": record.request_id, "step": record.step},
+    )
 
 
 def _is_master(runner: Any) -> bool:
@@ -123,6 +132,7 @@ def setup(environment: Any) -> None:
             runner.register_message(MSG_FINISHED, _on_finished)
             runner.register_message(MSG_CLOCK_REPLY, _on_clock_reply)
             runner.register_message(MSG_PROBES, _on_probes)
+            runner.register_message(MSG_IN_FLIGHT, _on_in_flight)
         environment.events.spawning_complete.add_listener(
             lambda user_count, **_: _with_coordinator(
                 environment, lambda c: c.on_spawning_complete(user_count)
@@ -133,6 +143,7 @@ def setup(environment: Any) -> None:
         if isinstance(runner, WorkerRunner):
             runner.register_message(MSG_FINISH, _on_finish, concurrent=True)
             runner.register_message(MSG_CLOCK, _on_clock)  # inline: answers at once
+            runner.register_message(MSG_CLOCK_OFFSET, _on_clock_offset)
         environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
         environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
     environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))
@@ -159,7 +170,14 @@ def _with_coordinator(environment: Any, fn: Any) -> None:
 
 
 def _on_step(environment: Any, msg: Any, **_: Any) -> None:
-    environment.llmload_step.update(msg.data)
+    runner = environment.runner  # a worker's share of a rate step is keyed by its client id
+    client_id = runner.client_id if isinstance(runner, WorkerRunner) else None
+    environment.llmload_step.update(msg.data, client_id)
+
+
+def _on_in_flight(environment: Any, msg: Any, **_: Any) -> None:
+    data = msg.data if isinstance(msg.data, dict) else {}
+    _with_coordinator(environment, lambda c: c.on_in_flight(msg.node_id, data))
 
 
 def _on_step_query(environment: Any, msg: Any, **_: Any) -> None:
@@ -182,6 +200,13 @@ def _on_clock(environment: Any, msg: Any, **_: Any) -> None:
         environment.runner.send_message(MSG_CLOCK_REPLY, {"t1": data.get("t1"), "t2": t2})
     except RPCError:
         log.warning("llmload: could not answer the master's clock exchange")
+
+
+def _on_clock_offset(environment: Any, msg: Any, **_: Any) -> None:
+    """Worker: the master's best estimate of this worker's clock offset (open-loop starts)."""
+    data = msg.data if isinstance(msg.data, dict) else {}
+    if isinstance(data.get("offset_ns"), int):
+        environment.llmload_step.offset_ns = data["offset_ns"]
 
 
 def _on_clock_reply(environment: Any, msg: Any, **_: Any) -> None:
@@ -208,6 +233,16 @@ def _probe_reporter(environment: Any) -> Any:
 
         return send
     return lambda probes: _with_coordinator(environment, lambda c: c.add_probes(probes))
+
+
+def _in_flight_reporter(runner: Any) -> Any:
+    """A worker's report of its open-loop requests in flight while a search drains (the
+    local runner's master reads its dispatcher directly)."""
+    if not isinstance(runner, WorkerRunner):
+        return None
+    return lambda pause_id, n: runner.send_message(
+        MSG_IN_FLIGHT, {"pause_id": pause_id, "in_flight": n}
+    )
 
 
 def _check_web_ui_starts(environment: Any) -> None:
@@ -254,6 +289,8 @@ def _start_worker(environment: Any) -> None:
             environment.llmload_step,
             report_probes=_probe_reporter(environment),
             live=environment.llmload_recorder,
+            on_record=lambda record: fire_request(environment, record),
+            report_in_flight=_in_flight_reporter(runner),
         )
     except LlmloadError as exc:  # this worker cannot send: the run must not go on without it
         _worker_cannot_start(environment, identity, str(exc))

@@ -50,8 +50,13 @@ def step_line(row: dict[str, Any], *, accuracy: float | None, simulated: bool) -
     failed = int(row.get("failed") or 0)
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(errors.items()))
     tok_s = row.get("output_tokens_per_s")
+    if row.get("rate") is not None:  # open loop: the rate, and how many were in flight
+        in_flight = f" (in flight {actual:.2f})" if actual is not None else ""
+        load = f"rate {row['rate']:g}/s{in_flight}"
+    else:
+        load = f"concurrency {row.get('concurrency')}{actual_text}"
     parts = [
-        f"concurrency {row.get('concurrency')}{actual_text}",
+        load,
         f"{int(row.get('requests') or 0)} requests",
         f"{failed} errors" + (f" ({kinds})" if kinds else ""),
         f"TTFT p50 {_ms(_pct(row, 'ttft', 'p50'))} p99 {_ms(_pct(row, 'ttft', 'p99'))}",

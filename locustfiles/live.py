@@ -353,6 +353,7 @@ class LiveStats:
             "group": key[0],
             "step": key[1],
             "concurrency": concurrency,
+            "rate": (timeline or {}).get("rate"),  # open loop: the intended requests/s
             "actual_concurrency": rate(group.busy_s),
             "requests": group.requests,
             "ok": group.count("ok"),
@@ -381,7 +382,8 @@ class LiveStats:
         staircase = getattr(coordinator, "staircase", None)
         current = getattr(coordinator, "current", None)
         if staircase is None or current is None or staircase.done:
-            return {"step": None, "cold": False, "concurrency": 0, "time_left_s": None}
+            return {"step": None, "cold": False, "concurrency": 0, "rate": None,
+                    "time_left_s": None}  # fmt: skip
         cold = bool(current.get("cold"))
         left: float | None = None
         if not cold and staircase.spawned_at_ns is not None:
@@ -391,6 +393,7 @@ class LiveStats:
             "step": None if cold else int(current["step"]),
             "cold": cold,
             "concurrency": int(current.get("concurrency") or 0),
+            "rate": current.get("rate"),
             "time_left_s": left,
         }
 

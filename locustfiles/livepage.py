@@ -28,7 +28,7 @@ svg text { font-size: 11px; fill: #555; }
 <p id="current">waiting for data…</p>
 <p>Report: <span id="report">built when the run stops</span></p>
 <p class="note" id="accuracy"></p>
-<table id="steps"><thead><tr><th>step</th><th>concurrency target / actual</th>
+<table id="steps"><thead><tr><th>step</th><th>concurrency (or rate) target / actual in flight</th>
 <th>requests</th><th>failed</th><th>failures by kind</th><th>TTFT ms p50 / p90 / p99</th>
 <th>TPOT ms p50 / p90 / p99</th><th>ITL ms p50 / p90 / p99</th><th>E2E s p50 / p90 / p99</th>
 <th>output tok/s</th><th>req/s</th></tr></thead><tbody></tbody></table>
@@ -86,7 +86,8 @@ function render(data) {
   const c = snap.current || {};
   document.getElementById("current").textContent = c.step === null || c.step === undefined
     ? (c.cold ? "now: cold phase at concurrency " + c.concurrency : "no step running")
-    : "now: step " + c.step + " at concurrency " + c.concurrency +
+    : "now: step " + c.step + (c.rate === null || c.rate === undefined
+        ? " at concurrency " + c.concurrency : " at " + c.rate + " requests/s") +
       (c.time_left_s === null || c.time_left_s === undefined ? "" : ", " + Math.round(c.time_left_s) + " s left") +
       ", workers: " + snap.workers;
   const rep = document.getElementById("report");
@@ -112,7 +113,8 @@ function render(data) {
     if (now) tr.className = "now";
     const kinds = Object.entries(s.errors || {}).map(([k, v]) => k + " " + v).join(", ");
     const cells = [s.group === "cold" ? "cold" : "step " + s.step,
-      s.concurrency + " / " + fmt(s.actual_concurrency, 1, 2), s.requests, s.failed, kinds || "–",
+      (s.rate === null || s.rate === undefined ? s.concurrency : s.rate + "/s") + " / " +
+        fmt(s.actual_concurrency, 1, 2), s.requests, s.failed, kinds || "–",
       pcts(s.ttft, 1000, 1), pcts(s.tpot, 1000, 2), pcts(s.itl, 1000, 2), pcts(s.e2e, 1, 3),
       fmt(s.output_tokens_per_s, 1, 1), fmt(s.requests_per_s, 1, 2)];
     for (const v of cells) { const td = document.createElement("td"); td.textContent = v; tr.appendChild(td); }

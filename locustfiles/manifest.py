@@ -47,6 +47,14 @@ class StepRecord:
     spawned_at_ns: int | None = None
     ended_at_ns: int | None = None
     warmup_s: float = 0.0
+    # open loop (rate steps; None in concurrency steps): the intended global rate
+    # (requests/s), the arrival process, the cap and what to do over it, and the workers that
+    # shared the schedule, in share order (arrival i goes to workers[i % len(workers)])
+    rate: float | None = None
+    arrival: str | None = None
+    max_concurrency: int | None = None
+    over_cap: str | None = None
+    share_workers: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,7 @@ class RunManifest:
     cold_start: Mapping[str, Any] = field(default_factory=lambda: {"requests": 0, "concurrency": 0})
     versions: Mapping[str, str] = field(default_factory=lambda: collect_versions())
     probes: list[ProbeRecord] = field(default_factory=list)  # requests outside the load
+    search: Mapping[str, Any] | None = None  # capacity search (--search): locustfiles/search.py
 
     def finish(self, status: str = "finished") -> None:
         if status not in MANIFEST_STATUSES[1:]:
@@ -152,6 +161,7 @@ class RunManifest:
             "steps": [vars(s) for s in self.steps],
             "cold_start": dict(self.cold_start),
             "probes": [vars(p) for p in self.probes],
+            "search": dict(self.search) if self.search is not None else None,
         }
         scrubbed: dict[str, Any] = _scrub_values(doc, secrets)
         return scrubbed

@@ -32,6 +32,7 @@ import requests
 from analysis.storage import ObjectStore, open_store
 from locustfiles.manifest import ProbeRecord, RunManifest, StepRecord, WorkerInfo, write_manifest
 from locustfiles.options import ChatOptions
+from locustfiles.search import plan_for
 from locustfiles.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
 from locustfiles.steps import MSG_STEP, Staircase
 
@@ -44,10 +45,12 @@ MSG_WORKER_FAILED = "llmload_worker_failed"  # worker -> master: it cannot start
 MSG_PROBES = "llmload_probes"  # worker -> master: the probes it sent ({"probes": [...]})
 MSG_CLOCK = "llmload_clock"  # master -> worker: {"t1": master time_ns}
 MSG_CLOCK_REPLY = "llmload_clock_reply"  # worker -> master: {"t1": ..., "t2": worker time_ns}
+MSG_CLOCK_OFFSET = "llmload_clock_offset"  # master -> worker: {"offset_ns": its best offset}
 
 CLOCK_BURST = 5  # exchanges right after a worker's hello
 CLOCK_BURST_GAP_S = 0.02  # between them: one exchange at a time, none queued behind another
 CLOCK_INTERVAL_S = 10.0  # then one exchange per worker this often while the run goes
+DRAIN_TIMEOUT_S = 600.0  # a paused search waits at most this long for requests to end
 SINK_ERRORS_KEPT = 5  # first messages of a worker's sink report kept in the manifest
 
 
@@ -118,6 +121,7 @@ class RunCoordinator:
         self.run_id = run_id
         self.store: ObjectStore = open_store(options.events_uri)
         runner = environment.runner
+        self.plan = plan_for(options)
         self.staircase = Staircase(
             options.steps,
             options.step_duration,
@@ -125,7 +129,23 @@ class RunCoordinator:
             options.cold_requests,
             announce=self._announce,
             finished_requests=lambda: runner.stats.total.num_requests,
-        )
+            plan=self.plan,
+            mode=options.mode,
+            open_loop={
+                "arrival": options.arrival,
+                "max_concurrency": options.max_concurrency,
+                "over_cap": options.over_cap,
+            },  # fmt: skip
+            workers=self._sharing_clients_count,
+            step_stats=self._step_stats,
+            clocks_known=lambda: all(c in self.clocks for c in self._sharing_clients()
+                                     if c != "local"),
+            pause=self._pause,
+            in_flight=self._in_flight,
+            drain_timeout_s=min(options.request_timeout, DRAIN_TIMEOUT_S),
+        )  # fmt: skip
+        self._pause_id = 0
+        self._in_flight_reports: dict[str, tuple[int, int]] = {}  # client -> (pause id, n)
         self.current: dict[str, Any] | None = None
         self.workers: dict[str, dict[str, Any]] = {}  # client id -> hello/finished data
         self.finished: dict[str, dict[str, Any]] = {}
@@ -174,7 +194,8 @@ class RunCoordinator:
         )
         self.server_metrics.start()
 
-    def _announce(self, step: int, concurrency: int, cold: bool, started_at_ns: int) -> None:
+    def _announce(self, step: int, concurrency: int, cold: bool, started_at_ns: int,
+                  entry: dict[str, Any] | None = None) -> None:  # fmt: skip
         ended = self.current
         if ended is not None:  # e.g. the console's step line (locustfiles/console.py)
             for listener in getattr(self.environment, "llmload_step_ended", ()):
@@ -185,8 +206,69 @@ class RunCoordinator:
             "cold": cold,
             "wall_ns": started_at_ns,
         }
+        if entry is not None and entry.get("rate") is not None:
+            # open loop: the schedule, and who sends which share of it (arrival i goes to
+            # the client at position i % count); each worker moves the start onto its clock
+            clients = self._sharing_clients()
+            entry["share_workers"] = clients  # client ids; the manifest names the workers
+            self.current.update(
+                rate=entry["rate"], arrival=entry["arrival"], over_cap=entry["over_cap"],
+                max_concurrency=entry["max_concurrency"], starts_at_ns=started_at_ns,
+                seed=self.options.seed, share_count=len(clients),
+                shares={c: i for i, c in enumerate(clients)},
+                offsets={c: self.clocks[c][0] for c in clients if c in self.clocks},
+            )  # fmt: skip
         self.environment.runner.send_message(MSG_STEP, self.current)
         self._write()
+
+    def _pause(self, step: int) -> None:
+        """Workers send nothing (a rate search drains a failed level) until the next step."""
+        self._pause_id += 1
+        self.current = {"step": step, "concurrency": 0, "cold": False, "paused": True,
+                        "pause_id": self._pause_id, "wall_ns": time.time_ns()}  # fmt: skip
+        self.environment.runner.send_message(MSG_STEP, self.current)
+        self._write()
+
+    def on_in_flight(self, client_id: str, data: dict[str, Any]) -> None:
+        try:
+            self._in_flight_reports[client_id] = (int(data["pause_id"]), int(data["in_flight"]))
+        except (KeyError, TypeError, ValueError):
+            log.warning("llmload: ignored a malformed in-flight report from %s", client_id)
+
+    def _in_flight(self) -> int | None:
+        """Open-loop requests still in flight during a pause (None: not every worker said)."""
+        ctx = getattr(self.environment, "llmload_worker", None)
+        if not self.distributed:  # one process: ask its dispatcher
+            dispatcher = getattr(ctx, "dispatcher", None)
+            return len(dispatcher.requests) if dispatcher is not None else 0
+        total = 0
+        for client in self._sharing_clients():
+            pause_id, n = self._in_flight_reports.get(client, (-1, -1))
+            if pause_id != self._pause_id:
+                return None
+            total += n
+        return total
+
+    def _sharing_clients(self) -> list[str]:
+        """The clients that share a rate step's arrivals, in share order ("local": one process)."""
+        clients = getattr(self.environment.runner, "clients", None)
+        if clients is None:
+            return ["local"]
+        return sorted(c.id for c in clients.all if c.state != "missing")
+
+    def _sharing_clients_count(self) -> int:
+        return len(self._sharing_clients())
+
+    def _step_stats(self, step: int | None) -> tuple[Any, int]:
+        """A step's live statistics (what the search judges) and its finished requests."""
+        live = getattr(self.environment, "llmload_live", None)
+        if live is None or step is None:
+            return None, 0
+        live.step_summary(step)  # merges what the workers reported
+        group = live.groups.get(("step", int(step)))
+        if group is None:
+            return None, 0
+        return group, group.count("ok") + group.count("error")
 
     def on_spawning_complete(self, user_count: int) -> None:
         self.staircase.on_spawned(user_count)
@@ -243,6 +325,12 @@ class RunCoordinator:
         best = self.clocks.get(client_id)
         if best is None or rtt < best[1]:
             self.clocks[client_id] = (t2 - (t1 + t4) // 2, rtt)
+            try:  # the worker sends open-loop arrivals on the master's time (steps.StepState)
+                self.environment.runner.send_message(
+                    MSG_CLOCK_OFFSET, {"offset_ns": self.clocks[client_id][0]}, client_id=client_id
+                )
+            except Exception:  # Locust's RPCError: the next better sample sends it again
+                log.warning("llmload: could not send worker %s its clock offset", client_id)
 
     def _clock_burst(self, client_id: str) -> None:
         for i in range(CLOCK_BURST):
@@ -291,6 +379,10 @@ class RunCoordinator:
                     sorted(missing),
                 )
         status = "finished" if self.staircase.completed else "aborted"
+        if getattr(self.plan, "status", None) == "lowest_failed":
+            log.error("llmload: capacity search: even the lowest level (%g) missed the SLO %s",
+                      self.options.levels[0], self.options.slo)  # fmt: skip
+            self.environment.process_exit_code = 3
         self.manifest.finish(status)
         self._write()
         self.finished_at = time.time_ns()
@@ -299,7 +391,7 @@ class RunCoordinator:
     # -- manifest ----------------------------------------------------------------------
     def _write(self) -> None:
         m = self.manifest
-        m.steps = [StepRecord(**s) for s in self.staircase.timeline]
+        m.steps = [StepRecord(**self._named(s)) for s in self.staircase.timeline]
         m.cold_start = dict(self.staircase.cold)
         m.workers = [
             self._worker_info(client_id, d)
@@ -307,11 +399,20 @@ class RunCoordinator:
             if d.get("worker_id")
         ]
         m.probes = list(self.probes.values())
+        m.search = self.plan.to_dict()
         m.hosts = sorted({socket.gethostname(), *(w.host for w in m.workers)})
         try:
             write_manifest(self.store, m)
         except Exception:  # never lose the run over a manifest write: log and carry on
             log.exception("llmload: could not write the manifest of run %s", self.run_id)
+
+    def _named(self, step: dict[str, Any]) -> dict[str, Any]:
+        """A timeline entry with its share clients named by worker id (known after hello)."""
+        clients = step.get("share_workers")
+        if not clients:
+            return step
+        names = [str(self.workers.get(c, {}).get("worker_id") or c) for c in clients]
+        return {**step, "share_workers": names}
 
     def _worker_info(self, client_id: str, hello: dict[str, Any]) -> WorkerInfo:
         clock = self.clocks.get(client_id)

@@ -39,6 +39,22 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
     _opt("--workload", default=DEFAULT_WORKLOAD,
          help="length mix: D(in,out), N(m,sd)/(m,sd), U(a,b)/(a,b), weighted sums, dataset:PATH.jsonl"),
     _opt("--steps", default=DEFAULT_STEPS, help="comma-separated target concurrencies, one step each"),
+    _opt("--rates", default="",
+         help="open loop: comma-separated arrival rates (requests/s), one step each, instead of --steps"),
+    _opt("--arrival", default="poisson",
+         help="open loop: arrival process of --rates: poisson, constant or gamma:CV (CV > 1 is burstier)"),
+    _opt("--max-concurrency", type=int, default=0,
+         help="open loop: cap on requests in flight across all workers (0: no cap)"),
+    _opt("--over-cap", default="wait", choices=["wait", "drop"],
+         help="open loop: an arrival over --max-concurrency waits for a slot, or is dropped (counted)"),
+    _opt("--search", default="off", choices=["off", "concurrency", "rate"],
+         help="capacity search: --steps (concurrency) or --rates (rate) until --slo fails, then bisect"),
+    _opt("--slo", default="",
+         help="SLO the capacity search judges each level by, e.g. ttft_p99=0.5,tpot_p50=0.05 (recorded in the manifest)"),
+    _opt("--search-precision", type=float, default=0.05,
+         help="capacity search: stop bisecting when the failing level is within this fraction of the passing one"),
+    _opt("--search-min-requests", type=int, default=100,
+         help="capacity search: a level runs until this many requests finished (at most 4x --step-duration)"),
     _opt("--step-duration", type=float, default=30.0,
          help="seconds each step runs after its users have spawned (includes the warmup)"),
     _opt("--step-warmup", type=float, default=5.0,
@@ -125,6 +141,24 @@ class ChatOptions:
     gc_freeze: bool = True
     wait_ready: float = 0.0
     report_dir: str = ""
+    rates: tuple[float, ...] = ()
+    arrival: str = "poisson"
+    max_concurrency: int = 0
+    over_cap: str = "wait"
+    search: str = "off"
+    slo: str = ""
+    search_precision: float = 0.05
+    search_min_requests: int = 100
+
+    @property
+    def mode(self) -> str:
+        """ "rate" (open loop: --rates) or "concurrency" (closed loop: --steps)."""
+        return "rate" if self.rates else "concurrency"
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The steps' levels: rates (requests/s) or concurrencies."""
+        return self.rates if self.rates else tuple(float(s) for s in self.steps)
 
     @property
     def path(self) -> str:
@@ -180,6 +214,86 @@ def parse_steps(text: str) -> tuple[int, ...]:
     return steps
 
 
+def parse_rates(text: str) -> tuple[float, ...]:
+    """--rates: empty (closed loop) or requests/s, each finite and > 0."""
+    if not str(text).strip():
+        return ()
+    try:
+        rates = tuple(float(s) for s in str(text).split(",") if s.strip())
+    except ValueError:
+        raise UsageError(
+            f"--rates {text!r} is not a list of numbers; use e.g. --rates 1,2,4,8 (requests/s)"
+        ) from None
+    if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
+        raise UsageError(f"--rates {text!r} needs rates > 0 requests/s; e.g. --rates 0.5,1,2,4")
+    return rates
+
+
+def parse_arrival(text: str) -> str:
+    """--arrival: poisson, constant or gamma:CV (CV > 0); returned normalised."""
+    value = str(text).strip().lower()
+    if value in ("poisson", "constant"):
+        return value
+    if value.startswith("gamma:"):
+        try:
+            cv = float(value.split(":", 1)[1])
+        except ValueError:
+            cv = math.nan
+        if math.isfinite(cv) and cv > 0:
+            return f"gamma:{cv:g}"
+    raise UsageError(
+        f"--arrival {text!r} must be poisson, constant or gamma:CV with CV > 0 "
+        "(e.g. gamma:2 for bursty arrivals)"
+    )
+
+
+def _check_open_loop(ns: Any, rates: tuple[float, ...], arrival: str) -> None:
+    """Open-loop options need --rates, and --rates replaces --steps."""
+    if rates and str(ns.steps).replace(" ", "") != DEFAULT_STEPS:
+        raise UsageError("give --steps (concurrency) or --rates (requests/s), not both")
+    if rates:
+        return
+    given = [
+        flag
+        for flag, value, default in (
+            ("--arrival", arrival, "poisson"),
+            ("--max-concurrency", getattr(ns, "max_concurrency", 0), 0),
+            ("--over-cap", getattr(ns, "over_cap", "wait"), "wait"),
+        )
+        if value != default
+    ]
+    if given:
+        raise UsageError(
+            f"{given[0]} applies to open-loop steps: give --rates too, e.g. --rates 1,2,4"
+        )
+
+
+def _check_search(ns: Any, rates: tuple[float, ...]) -> str:
+    """--search and its SLO: the mode must match the steps, the SLO must judge steps."""
+    from analysis.slo import parse_slo
+
+    search = getattr(ns, "search", "off")
+    spec = str(getattr(ns, "slo", "") or "")
+    slo = parse_slo(spec or None)  # UsageError names a bad SLO
+    if search == "off":
+        return spec
+    if search == "rate" and not rates:
+        raise UsageError("--search rate needs --rates (the coarse levels), e.g. --rates 1,2,4,8,16")
+    if search == "concurrency" and rates:
+        raise UsageError("--search concurrency uses --steps, not --rates; use --search rate")
+    if not slo.objectives:
+        raise UsageError(
+            "--search needs --slo with at least one step objective, e.g. --slo ttft_p99=0.5"
+        )
+    precision = getattr(ns, "search_precision", 0.05)
+    if not (math.isfinite(precision) and 0 < precision < 1):
+        raise UsageError(
+            f"--search-precision must be between 0 and 1 (exclusive), not {precision}; e.g. 0.05"
+        )
+    _at_least("search-min-requests", getattr(ns, "search_min_requests", 100), 1)
+    return spec
+
+
 def _json_object(flag: str, text: str, example: str) -> dict[str, Any]:
     if not text:
         return {}
@@ -225,6 +339,11 @@ def from_parsed(ns: Any) -> ChatOptions:
     from analysis.storage import open_store
 
     open_store(ns.events_uri)  # raises UsageError for unusable URIs
+    rates = parse_rates(getattr(ns, "rates", ""))
+    arrival = parse_arrival(getattr(ns, "arrival", "poisson"))
+    _check_open_loop(ns, rates, arrival)
+    _at_least("max-concurrency", getattr(ns, "max_concurrency", 0), 0)
+    slo = _check_search(ns, rates)
     return ChatOptions(
         model=ns.model,
         api_key_env=ns.api_key_env,
@@ -259,4 +378,12 @@ def from_parsed(ns: Any) -> ChatOptions:
         gc_freeze=getattr(ns, "gc_freeze", "on") == "on",
         wait_ready=_positive("wait-ready", getattr(ns, "wait_ready", 0.0), allow_zero=True),
         report_dir=getattr(ns, "report_dir", ""),
+        rates=rates,
+        arrival=arrival,
+        max_concurrency=getattr(ns, "max_concurrency", 0),
+        over_cap=getattr(ns, "over_cap", "wait"),
+        search=getattr(ns, "search", "off"),
+        slo=slo,
+        search_precision=getattr(ns, "search_precision", 0.05),
+        search_min_requests=getattr(ns, "search_min_requests", 100),
     )

@@ -44,6 +44,12 @@ class RequestRecord:
     server_request_id: str | None = None
     coalesced_events: int = 0  # events that arrived in the same read as the one before
     worker_stall_ns: int | None = None  # the worker's own stalls during the request
+    # open loop (rate steps): the step's global rate, this arrival's index in the step's
+    # schedule, its intended send time (wall ns) and the time it waited for a cap slot
+    rate: float | None = None
+    arrival_index: int | None = None
+    intended_ns: int | None = None
+    queued_ns: int | None = None
     # chunk columns (one entry per output event)
     chunk_offsets: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
@@ -106,4 +112,8 @@ class RequestRecord:
             "server_request_id": self.server_request_id,
             "coalesced_events": self.coalesced_events,
             "worker_stall_ns": self.worker_stall_ns,
+            "rate": self.rate,
+            "arrival_index": self.arrival_index,
+            "intended_ns": self.intended_ns,
+            "queued_ns": self.queued_ns,
         }

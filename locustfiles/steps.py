@@ -19,35 +19,99 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("llmload.steps")
 
 MSG_STEP = "llmload_step"
 MSG_STEP_QUERY = "llmload_step_query"
+MSG_IN_FLIGHT = "llmload_in_flight"  # worker -> master while paused: {"pause_id", "in_flight"}
 COLD_STEP = -1
 COLD_TIMEOUT_S = 120.0
 SPAWN_TIMEOUT_S = 60.0
 SPAWN_RATE = 100.0  # users/s: a step of up to 100 users spawns within a second
+RATE_LEAD_S = 0.25  # a rate step's schedule starts this long after its announcement
+CLOCK_WAIT_S = 5.0  # how long the first rate step waits for the workers' clock offsets
 
 
 @dataclass
 class StepState:
-    """What a worker knows of the current step (updated by MSG_STEP)."""
+    """What a worker knows of the current step (updated by MSG_STEP).
+
+    A rate step (open loop) also carries its schedule: the global `rate`, the `arrival`
+    process, the cap, when the schedule starts (`starts_at_ns`, on this worker's clock: the
+    master's time plus this worker's measured offset) and this worker's share of it
+    (`position` of `count`). `version` counts updates; `listeners` are called after each.
+    The master sends each worker its clock offset whenever it measures a better one
+    (MSG_CLOCK_OFFSET), so a worker whose clock is off still sends on the master's time.
+    """
 
     step: int = 0
     concurrency: int = 1
     cold: bool = False
+    paused: bool = False  # a search drains a failed rate level: send nothing
+    pause_id: int = 0
+    rate: float | None = None
+    arrival: str = "poisson"
+    max_concurrency: int = 0
+    over_cap: str = "wait"
+    starts_at_master_ns: int = 0  # the schedule's start, on the master's clock
+    offset_ns: int = 0  # this worker's clock minus the master's (the master measures it)
+    position: int = 0
+    count: int = 1
+    seed: int = 0
+    version: int = 0
+    listeners: list[Any] = field(default_factory=list)
 
-    def update(self, data: dict[str, Any]) -> None:
+    @property
+    def starts_at_ns(self) -> int:
+        """The schedule's start on this worker's clock."""
+        return self.starts_at_master_ns + self.offset_ns
+
+    def update(self, data: dict[str, Any], client_id: str | None = None) -> None:
         self.step = int(data["step"])
         self.concurrency = int(data["concurrency"])
         self.cold = bool(data["cold"])
+        self.paused = bool(data.get("paused"))
+        self.pause_id = int(data.get("pause_id") or 0)
+        rate = data.get("rate")
+        self.rate = float(rate) if rate is not None and not self.cold and not self.paused else None
+        if self.rate is not None:
+            self.arrival = str(data.get("arrival") or "poisson")
+            self.max_concurrency = int(data.get("max_concurrency") or 0)
+            self.over_cap = str(data.get("over_cap") or "wait")
+            self.seed = int(data.get("seed") or 0)
+            shares: dict[str, int] = data.get("shares") or {}
+            offsets: dict[str, int] = data.get("offsets") or {}
+            key = client_id if client_id is not None else "local"
+            self.count = max(1, int(data.get("share_count") or 1))
+            self.position = int(shares.get(key, 0)) % self.count
+            self.starts_at_master_ns = int(data.get("starts_at_ns") or data["wall_ns"])
+            if key in offsets:
+                self.offset_ns = int(offsets[key])
+            if key not in shares and len(shares) > 0:
+                log.warning("llmload: this worker has no share of step %d's arrivals; it sends "
+                            "none until the next step", self.step)  # fmt: skip
+                self.count = 0
+        self.version += 1
+        for listener in list(self.listeners):
+            listener()
 
 
 class Staircase:
-    """The master's plan and progress; `tick()` is called about once a second by the shape."""
+    """The master's plan and progress; `tick()` is called about once a second by the shape.
+
+    `plan` (locustfiles/search.py) gives each step's level: a concurrency (closed loop: the
+    target users) or a rate (open loop: one dispatching user per worker, `workers()` of
+    them, sending its share of the step's arrival schedule). A rate step starts
+    RATE_LEAD_S after it is announced, so that every worker has the message (and its
+    dispatching user) when its schedule begins; the step before it runs until then.
+
+    In a rate search, a level that missed the SLO leaves a queue at the server that would
+    fail the next level as well: the workers are paused (`pause`) until their requests in
+    flight (`in_flight`) have ended, at most `drain_timeout_s`, before the next level starts.
+    """
 
     def __init__(
         self,
@@ -55,55 +119,102 @@ class Staircase:
         duration_s: float,
         warmup_s: float,
         cold_requests: int,
-        announce: Any,  # callable(step, concurrency, cold, started_at_ns)
+        announce: Any,  # callable(step, concurrency, cold, started_at_ns, timeline entry)
         finished_requests: Any,  # callable() -> int
+        plan: Any = None,  # search.FixedLevels / CapacitySearch; default: the steps in order
+        mode: str = "concurrency",
+        open_loop: dict[str, Any] | None = None,  # arrival, max_concurrency, over_cap
+        workers: Any = lambda: 1,  # callable() -> workers sharing a rate step
+        step_stats: Any = None,  # callable(step) -> (live stats or None, finished requests)
+        clocks_known: Any = lambda: True,  # callable() -> every worker's clock offset measured
+        pause: Any = lambda step: None,  # callable(step): tell workers to send nothing
+        in_flight: Any = lambda: 0,  # callable() -> open-loop requests in flight (None: unknown)
+        drain_timeout_s: float = 600.0,
     ) -> None:
+        from locustfiles.search import FixedLevels
+
         self.steps = steps
+        self.plan = plan if plan is not None else FixedLevels(tuple(float(s) for s in steps))
+        self.mode = mode
+        self.open_loop = dict(open_loop or {})
         self.duration_ns = int(duration_s * 1e9)
         self.warmup_s = warmup_s
         self.cold_requests = cold_requests
         self._announce = announce
         self._finished_requests = finished_requests
+        self._workers = workers
+        self._step_stats = step_stats or (lambda step: (None, 0))
+        self._clocks_known = clocks_known
+        self._pause = pause
+        self._in_flight = in_flight
+        self.drain_timeout_s = drain_timeout_s
+        self._draining: tuple[float, int] | None = None  # (next level, since) while draining
+        self._first_tick_ns: int | None = None
+        self.min_requests = int(getattr(self.plan, "min_requests", 0) or 0)
         self.index: int | None = None  # COLD_STEP, 0.., or None before the start
+        self.level: float | None = None  # the current step's concurrency or rate
         self.done = False
-        self.completed = False  # every step ran its full duration
+        self.completed = False  # every step ran its full duration (or the search ended)
         self.started_at_ns = 0
         self.spawned_at_ns: int | None = None
         self.timeline: list[dict[str, Any]] = []  # actual steps, manifest format
         self.cold: dict[str, Any] = {"requests": 0, "concurrency": 0}
 
     @property
+    def rate_mode(self) -> bool:
+        return self.mode == "rate"
+
+    @property
     def target(self) -> int:
         if self.index is None or self.done:
             return 0
-        return 1 if self.index == COLD_STEP else self.steps[self.index]
+        if self.index == COLD_STEP:
+            return 1
+        if self.rate_mode:
+            return max(1, int(self._workers()))
+        return int(self.level or 0)
 
-    def _begin(self, index: int) -> None:
+    def _begin(self, index: int, level: float | None = None, after_pause: bool = False) -> None:
         previous = self.target
         self.index = index
-        self.started_at_ns = time.time_ns()
-        self.spawned_at_ns = None
+        self.level = level
+        now = time.time_ns()
         cold = index == COLD_STEP
+        rate = None if cold or not self.rate_mode else level
+        self.started_at_ns = now + (int(RATE_LEAD_S * 1e9) if rate is not None else 0)
+        self.spawned_at_ns = None
+        if self.timeline and rate is not None and not after_pause:
+            self.timeline[-1]["ended_at_ns"] = self.started_at_ns  # it ran until this one began
         if cold:
             self.cold = {
                 "requests": self.cold_requests,
                 "concurrency": 1,
                 "started_at_ns": self.started_at_ns,
             }
+            entry: dict[str, Any] | None = None
         else:
-            self.timeline.append(
-                {
-                    "step": index,
-                    "concurrency": self.steps[index],
-                    "started_at_ns": self.started_at_ns,
-                    "spawned_at_ns": None,
-                    "ended_at_ns": None,
-                    "warmup_s": self.warmup_s,
-                }
-            )
-        log.info("llmload: step %s at concurrency %s", "cold" if cold else index, self.target)
-        self._announce(index, self.target, cold, self.started_at_ns)
-        if previous == self.target:  # same users as before: Locust spawns nobody, so no event
+            entry = {
+                "step": index,
+                "concurrency": int(level or 0) if rate is None else
+                int(self.open_loop.get("max_concurrency") or 0),
+                "started_at_ns": self.started_at_ns,
+                "spawned_at_ns": None,
+                "ended_at_ns": None,
+                "warmup_s": self.warmup_s,
+            }  # fmt: skip
+            if rate is not None:
+                entry.update(rate=rate, arrival=self.open_loop.get("arrival", "poisson"),
+                             max_concurrency=int(self.open_loop.get("max_concurrency") or 0),
+                             over_cap=self.open_loop.get("over_cap", "wait"),
+                             spawned_at_ns=self.started_at_ns)  # fmt: skip
+            self.timeline.append(entry)
+        log.info("llmload: step %s at %s", "cold" if cold else index,
+                 f"{rate:g} requests/s" if rate is not None else f"concurrency {self.target}")  # fmt: skip
+        self._announce(index, self.target if rate is None else (entry or {})["concurrency"],
+                       cold, self.started_at_ns, entry)  # fmt: skip
+        if rate is not None:
+            self.spawned_at_ns = self.started_at_ns  # no ramp: the schedule starts then
+        elif previous == self.target:  # same users as before: Locust spawns nobody, no event
             self.on_spawned(self.target)
 
     def _end_current(self) -> None:
@@ -117,6 +228,7 @@ class Staircase:
         if (
             self.index is not None
             and not self.done
+            and not (self.rate_mode and self.index != COLD_STEP)
             and user_count == self.target
             and self.spawned_at_ns is None
         ):
@@ -124,34 +236,86 @@ class Staircase:
             if self.index != COLD_STEP:
                 self.timeline[-1]["spawned_at_ns"] = self.spawned_at_ns
 
+    def _step_over(self, now: int) -> bool:
+        """The current step ran its duration (and, searching, has its requests or ran long)."""
+        if self.spawned_at_ns is None:
+            return False
+        elapsed = now - self.spawned_at_ns
+        if elapsed < self.duration_ns:
+            return False
+        if self.min_requests <= 0:
+            return True
+        from locustfiles.search import MAX_STRETCH
+
+        _, finished = self._step_stats(self.index)
+        return finished >= self.min_requests or elapsed >= MAX_STRETCH * self.duration_ns
+
+    def _may_start(self, now: int) -> bool:
+        """Rate steps begin once every worker's clock offset is known (their schedules start
+        on the master's time), or after CLOCK_WAIT_S without it."""
+        if not self.rate_mode or self._clocks_known():
+            return True
+        waited = now - (self._first_tick_ns or now)
+        if waited < CLOCK_WAIT_S * 1e9:
+            return False
+        log.warning("llmload: some worker clocks are still unmeasured; the rate steps start anyway")
+        return True
+
     def tick(self) -> tuple[int, float] | None:
         if self.done:
             return None
         now = time.time_ns()
+        if self._first_tick_ns is None:
+            self._first_tick_ns = now
         if self.index is None:
-            self._begin(COLD_STEP if self.cold_requests > 0 else 0)
+            if self.cold_requests > 0:
+                self._begin(COLD_STEP)
+            elif self._may_start(now):
+                self._begin(0, self.plan.first())
+            else:
+                return 0, SPAWN_RATE
         elif self.index == COLD_STEP:
             enough = self._finished_requests() >= self.cold_requests
-            if enough or now - self.started_at_ns > COLD_TIMEOUT_S * 1e9:
+            if (enough or now - self.started_at_ns > COLD_TIMEOUT_S * 1e9) and self._may_start(now):
                 if not enough:
                     log.warning(
                         "llmload: cold phase timed out before %d requests", self.cold_requests
                     )
                 self._end_current()
-                self._begin(0)
+                self._begin(0, self.plan.first())
         else:
             if self.spawned_at_ns is None and now - self.started_at_ns > SPAWN_TIMEOUT_S * 1e9:
                 log.warning(
                     "llmload: step %d never reported spawning complete; timing from now", self.index
                 )
                 self.on_spawned(self.target)  # records spawned_at_ns in the timeline too
-            if self.spawned_at_ns is not None and now - self.spawned_at_ns >= self.duration_ns:
+            if self._draining is not None:
+                waiting_level, since = self._draining
+                drained = self._in_flight() == 0
+                if drained or now - since > self.drain_timeout_s * 1e9:
+                    if not drained:
+                        log.warning("llmload: requests of step %d still in flight after %.0f s; "
+                                    "step %d starts anyway", self.index, self.drain_timeout_s,
+                                    self.index + 1)  # fmt: skip
+                    self._draining = None
+                    self._begin(self.index + 1, waiting_level, after_pause=True)
+                return self.target, SPAWN_RATE
+            if self._step_over(now):
+                stats, finished = self._step_stats(self.index)
+                level = self.plan.next_level(self.index, stats, finished)
                 self._end_current()
-                if self.index + 1 < len(self.steps):
-                    self._begin(self.index + 1)
-                else:
+                if level is None:
                     self.done = self.completed = True
                     return None
+                if self.rate_mode and self.plan.last_failed:
+                    # an open-loop level over capacity leaves a backlog at the server that
+                    # would fail the next level too: send nothing until it has drained
+                    self._draining = (level, now)
+                    self._pause(self.index)
+                    log.info("llmload: step %d missed the SLO; waiting for its requests to "
+                             "drain before step %d", self.index, self.index + 1)  # fmt: skip
+                    return self.target, SPAWN_RATE
+                self._begin(self.index + 1, level)
         return self.target, SPAWN_RATE
 
     def stop(self) -> None:
@@ -159,3 +323,4 @@ class Staircase:
         if not self.done:
             self._end_current()
             self.done = True
+        self.plan.stop()

@@ -26,7 +26,7 @@ TAB_KEY = "llmload"
 # keys are single lowercase words: Locust's UI camel-cases the keys of what it polls
 TABLE = [
     ("name", "Step"),
-    ("concurrency", "Concurrency target / actual"),
+    ("concurrency", "Concurrency (or rate) target / actual in flight"),
     ("requests", "Requests"),
     ("failed", "Failed"),
     ("failures", "Failures by kind"),
@@ -75,7 +75,7 @@ def step_row(row: dict[str, Any], current: dict[str, Any]) -> dict[str, str]:
     errors = row.get("errors") or {}
     return {
         "name": name,
-        "concurrency": f"{row.get('concurrency')} / {_num(row.get('actual_concurrency'), digits=2)}",
+        "concurrency": f"{_load(row)} / {_num(row.get('actual_concurrency'), digits=2)}",
         "requests": str(row.get("requests", 0)),
         "failed": str(row.get("failed", 0)),
         "failures": ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "–",
@@ -86,6 +86,12 @@ def step_row(row: dict[str, Any], current: dict[str, Any]) -> dict[str, str]:
         "tokens": _num(row.get("output_tokens_per_s")),
         "rps": _num(row.get("requests_per_s"), digits=2),
     }
+
+
+def _load(row: dict[str, Any]) -> str:
+    """A step's target: its concurrency, or its rate (open loop) as `4/s`."""
+    rate = row.get("rate")
+    return f"{rate:g}/s" if rate is not None else str(row.get("concurrency"))
 
 
 def _blank(name: str, **cells: str) -> dict[str, str]:
@@ -103,9 +109,7 @@ def tab_rows(snapshot: dict[str, Any] | None, about: str) -> list[dict[str, str]
         _is_current(r, current) for r in steps
     ):  # the step began and none of its requests is in yet
         label = "cold" if current.get("cold") else f"step {current.get('step')}"
-        rows.append(
-            _blank(f"{label} ▶ {_now_label(current)}", concurrency=str(current.get("concurrency")))
-        )
+        rows.append(_blank(f"{label} ▶ {_now_label(current)}", concurrency=_load(current)))
     return [*rows, _blank("about", failures=about)]
 
 

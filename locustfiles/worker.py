@@ -29,6 +29,7 @@ from locustfiles.client import Limits, execute, request_json
 from locustfiles.live import Observer, Recorder
 from locustfiles.manifest import ProbeRecord
 from locustfiles.monitor import LoopMonitor
+from locustfiles.openloop import Arrival, Dispatcher
 from locustfiles.options import ChatOptions
 from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer, prompt_hash
 from locustfiles.record import RequestRecord
@@ -58,6 +59,8 @@ class WorkerContext:
         step: StepState,
         report_probes: Callable[[list[dict[str, Any]]], None] | None = None,
         live: Observer | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        report_in_flight: Callable[[int, int], None] | None = None,
     ) -> None:
         self.options = options
         self.run_id = run_id
@@ -114,6 +117,9 @@ class WorkerContext:
         self.sink_report: dict[str, Any] | None = None
         self.sent = 0
         self.cold_sent = 0
+        self.dispatcher: Dispatcher | None = None
+        if options.mode == "rate":  # open loop: this worker's share of each rate step
+            self.dispatcher = Dispatcher(self, step, on_record, report_in_flight)
 
     def holding(self) -> bool:
         """In the cold phase after its requests were sent: wait for the master's next step."""
@@ -231,12 +237,17 @@ class WorkerContext:
         log.info("llmload: prompt calibration %s", calibration)
 
     # -- requests ----------------------------------------------------------------------
-    def run_one(self, pool: urllib3.PoolManager) -> RequestRecord | None:
-        """Build, send and record one request. Returns the record (None if not sent)."""
+    def run_one(
+        self, pool: urllib3.PoolManager, arrival: Arrival | None = None
+    ) -> RequestRecord | None:
+        """Build, send and record one request. Returns the record (None if not sent).
+
+        `arrival`: an open-loop arrival (openloop.py): its step and schedule, not the
+        current step, go on the record."""
         self.ensure_ready(pool)
         spec = self.sampler.sample()
         step = self.step
-        if step.cold:
+        if arrival is None and step.cold:
             self.cold_sent += 1
         if spec.messages is not None:
             text = json.dumps(spec.messages, sort_keys=True)
@@ -247,9 +258,9 @@ class WorkerContext:
         request_id = uuid.uuid4().hex
         record = RequestRecord(
             request_id=request_id,
-            step=step.step,
-            concurrency=step.concurrency,
-            cold=step.cold,
+            step=step.step if arrival is None else arrival.step,
+            concurrency=step.concurrency if arrival is None else arrival.concurrency,
+            cold=step.cold and arrival is None,
             scenario=spec.scenario,
             endpoint=self.options.endpoint,
             model=self.model,
@@ -259,6 +270,11 @@ class WorkerContext:
             prompt_sha256=prompt_hash(text),
             prompt_text=text if self.options.store_prompts else None,
         )
+        if arrival is not None:
+            record.rate = arrival.rate
+            record.arrival_index = arrival.index
+            record.intended_ns = arrival.intended_ns
+            record.queued_ns = arrival.queued_ns
         prompt = None if spec.messages is not None else text
         body = self.body(prompt, spec.messages, spec.max_tokens, self.options.stream)
         cancel = None
@@ -297,12 +313,26 @@ class WorkerContext:
             self.sent += 1
         return record
 
+    def record_dropped(self, arrival: Arrival, why: str) -> None:
+        """An open-loop arrival not sent (the cap): a `dropped` row, no response times."""
+        record = RequestRecord(
+            request_id=uuid.uuid4().hex, step=arrival.step, concurrency=arrival.concurrency,
+            cold=False, scenario="", endpoint=self.options.endpoint, model=self.model,
+            stream=self.options.stream, prompt_tokens_requested=None, max_tokens=None,
+            prompt_sha256="", sent_at_ns=time.time_ns(), status="dropped",
+            error_detail=why, rate=arrival.rate, arrival_index=arrival.index,
+            intended_ns=arrival.intended_ns, queued_ns=arrival.queued_ns,
+        )  # fmt: skip
+        self.sink.append_request(record.row())
+
     def close(self, timeout: float) -> dict[str, Any]:
         with self._close_lock:
             return self._close(timeout)
 
     def _close(self, timeout: float) -> dict[str, Any]:
         if self.sink_report is None:
+            if self.dispatcher is not None:  # in-flight requests recorded before the sink closes
+                self.dispatcher.stop()
             self.monitor.stop()  # its last sample goes into the sink before it closes
             report = self.sink.close(timeout=timeout)
             self.sink_report = {

@@ -128,6 +128,18 @@ CASES = [
     # -- locust options ------------------------------------------------------------------
     Case("steps-zero", ("locust", "--steps", "0,2"), 2,
          "--steps '0,2' needs at least one concurrency, each >= 1"),
+    Case("rates-zero", ("locust", "--rates", "0,2"), 2,
+         "--rates '0,2' needs rates > 0 requests/s"),
+    Case("rates-and-steps", ("locust", "--rates", "1,2"), 2,  # LOCUST gives --steps 1
+         "give --steps (concurrency) or --rates (requests/s), not both"),
+    Case("arrival-gamma-zero", ("locust", "--arrival", "gamma:0"), 2,
+         "--arrival 'gamma:0' must be poisson, constant or gamma:CV with CV > 0"),
+    Case("max-concurrency-without-rates", ("locust", "--max-concurrency", "8"), 2,
+         "--max-concurrency applies to open-loop steps: give --rates too"),
+    Case("search-without-slo", ("locust", "--search", "concurrency"), 2,
+         "--search needs --slo with at least one step objective"),
+    Case("search-rate-without-rates", ("locust", "--search", "rate", "--slo", "ttft_p99=1"), 2,
+         "--search rate needs --rates (the coarse levels)"),
     Case("step-duration-zero", ("locust", "--step-duration", "0"), 2,
          "--step-duration must be > 0 seconds, not 0.0"),
     Case("step-warmup-too-long", ("locust", "--step-duration", "30", "--step-warmup", "40"), 2,

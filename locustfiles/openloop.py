@@ -1,0 +1,227 @@
+"""Open-loop sending: one dispatcher per worker sends its share of each rate step's arrivals.
+
+The dispatcher runs beside Locust's users (which idle in rate steps): when a rate step's
+message arrives (`StepState`), it walks the step's global schedule (locustfiles/arrivals.py)
+and, at each of its arrivals' intended times, starts a greenlet that sends the request
+whatever the server is doing. Each request records its step, the step's rate, the arrival's
+index, its intended send time and, under `--max-concurrency`, how long it waited for a slot
+(`--over-cap wait`); with `--over-cap drop` an arrival that finds every slot taken is
+recorded as `dropped` and not sent. Slip (sent_at - intended - queued) is then the
+generator's own lateness, which the report checks.
+
+A step that follows a rate step begins RATE_LEAD_S after its announcement (steps.py): the
+old schedule's arrivals due before that keep their old step; then the new schedule starts.
+Requests still in flight at a step change finish under their own step. A capacity search
+pauses the workers after a rate level that missed the SLO (`StepState.paused`): nothing is
+sent, and each worker reports its requests in flight until the master starts the next
+level once they have all ended. At the end of the
+run (`stop`), requests in flight are recorded `aborted` and arrivals waiting for a slot
+`dropped`, before the sink closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.lock
+import gevent.pool
+from gevent import GreenletExit
+
+from locustfiles.arrivals import Schedule, worker_cap
+from locustfiles.client import new_pool
+from locustfiles.record import RequestRecord
+from locustfiles.steps import StepState
+
+log = logging.getLogger("llmload.openloop")
+
+_perf_ns = time.perf_counter_ns
+STOP_TIMEOUT_S = 10.0
+"""How long `stop` waits for killed requests to record themselves."""
+IN_FLIGHT_REPORT_S = 0.25
+"""While paused, how often a worker tells the master its requests in flight."""
+
+
+@dataclass(slots=True)
+class Arrival:
+    """One arrival of a rate step, as the request records it."""
+
+    step: int
+    rate: float
+    concurrency: int  # the step's cap (0: none)
+    index: int
+    intended_ns: int  # wall ns, this worker's clock
+    queued_ns: int = 0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A snapshot of the step a schedule belongs to (the StepState changes under it)."""
+
+    version: int
+    step: int
+    rate: float
+    arrival: str
+    seed: int
+    max_concurrency: int
+    over_cap: str
+    starts_at_ns: int
+    position: int
+    count: int
+
+
+class Dispatcher:
+    """Sends this worker's share of every rate step; `ctx` is the WorkerContext."""
+
+    def __init__(
+        self,
+        ctx: Any,
+        step: StepState,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        report_in_flight: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.report_in_flight = report_in_flight  # (pause id, requests in flight) to the master
+        self._reporter: gevent.Greenlet | None = None
+        self.step = step
+        self.on_record = on_record
+        self.requests = gevent.pool.Group()
+        self._pools: list[Any] = []  # idle keep-alive connection pools, reused
+        self._changed = gevent.event.Event()
+        self._loop: gevent.Greenlet | None = None
+        self.stopped = False
+        self.sent = 0
+        self.dropped = 0
+        step.listeners.append(self._on_step)
+        self._on_step()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def _on_step(self) -> None:
+        self._changed.set()
+        rate_step = self.step.rate is not None and not self.step.cold
+        if rate_step and not self.stopped and (self._loop is None or self._loop.dead):
+            self._loop = gevent.spawn(self._run)
+            self._loop.name = "llmload-dispatcher"
+        reporting = self._reporter is not None and not self._reporter.dead
+        if (
+            self.step.paused
+            and self.report_in_flight is not None
+            and not self.stopped
+            and not reporting
+        ):
+            self._reporter = gevent.spawn(self._report_while_paused)
+
+    def _report_while_paused(self) -> None:
+        """While a search drains a failed level: tell the master how many are in flight."""
+        assert self.report_in_flight is not None
+        while self.step.paused and not self.stopped:
+            try:
+                self.report_in_flight(self.step.pause_id, len(self.requests))
+            except Exception:  # Locust's RPCError: the next report tries again
+                log.warning("llmload: could not report the requests in flight", exc_info=True)
+            gevent.sleep(IN_FLIGHT_REPORT_S)
+
+    def stop(self) -> None:
+        """End of the run: no more arrivals; requests in flight become `aborted` rows."""
+        self.stopped = True
+        if self.step.listeners and self._on_step in self.step.listeners:
+            self.step.listeners.remove(self._on_step)
+        if self._reporter is not None:
+            self._reporter.kill(block=False)
+        if self._loop is not None:
+            self._loop.kill(block=True, timeout=STOP_TIMEOUT_S)
+        self.requests.kill(block=True, timeout=STOP_TIMEOUT_S)
+        for pool in self._pools:
+            pool.clear()
+        self._pools.clear()
+
+    # -- the schedule ------------------------------------------------------------------
+    def _snapshot(self) -> _Plan | None:
+        s = self.step
+        if s.rate is None or s.cold:
+            return None
+        return _Plan(s.version, s.step, s.rate, s.arrival, s.seed, s.max_concurrency,
+                     s.over_cap, s.starts_at_ns, s.position, s.count)  # fmt: skip
+
+    def _run(self) -> None:
+        plan = self._snapshot()
+        while plan is not None and not self.stopped:
+            self._changed.clear()
+            self.ctx.ensure_ready(self._take_pool_for_probe())
+            nxt = self._follow(plan)
+            plan = nxt
+
+    def _take_pool_for_probe(self) -> Any:
+        pool = self._pools[0] if self._pools else new_pool()
+        if not self._pools:
+            self._pools.append(pool)
+        return pool
+
+    def _follow(self, plan: _Plan) -> _Plan | None:
+        """Send `plan`'s arrivals until a new step takes over; returns that step's plan."""
+        if plan.count <= 0:  # no share of this step: wait for the next one
+            while self.step.version == plan.version and not self.stopped:
+                self._changed.wait()
+                self._changed.clear()
+            return self._snapshot()
+        cap = worker_cap(plan.max_concurrency, plan.position, plan.count)
+        slots = gevent.lock.BoundedSemaphore(cap) if cap else None
+        # intended times are wall ns on this worker's clock; the waits use the monotonic clock
+        perf_origin = _perf_ns() - time.time_ns()
+        schedule = Schedule(plan.rate, plan.arrival, plan.seed, plan.step)
+        for index, offset_s in schedule.share(plan.position, plan.count):
+            intended = plan.starts_at_ns + int(offset_s * 1e9)
+            while True:
+                if self.step.version != plan.version:
+                    following = self._snapshot()
+                    if following is None or intended >= following.starts_at_ns:
+                        return following
+                delay_ns = intended + perf_origin - _perf_ns()
+                if delay_ns <= 0:
+                    break
+                if self.step.version != plan.version:  # the old step's last arrivals
+                    gevent.sleep(delay_ns / 1e9)
+                else:
+                    self._changed.wait(delay_ns / 1e9)
+                    self._changed.clear()
+            arrival = Arrival(plan.step, plan.rate, plan.max_concurrency, index, intended)
+            self.requests.spawn(self._send, arrival, slots, plan.over_cap)
+        return None  # an endless schedule: not reached
+
+    # -- one arrival -------------------------------------------------------------------
+    def _send(self, arrival: Arrival, slots: gevent.lock.BoundedSemaphore | None,
+              over_cap: str) -> None:  # fmt: skip
+        if slots is not None:
+            if over_cap == "drop":
+                if not slots.acquire(blocking=False):
+                    self._drop(arrival, "over --max-concurrency (--over-cap drop)")
+                    return
+            else:
+                waited_from = _perf_ns()
+                try:
+                    slots.acquire()
+                except GreenletExit:
+                    self._drop(
+                        arrival, "waiting for a slot under --max-concurrency when the run stopped"
+                    )
+                    raise
+                arrival.queued_ns = _perf_ns() - waited_from
+        pool = self._pools.pop() if self._pools else new_pool()
+        try:
+            record = self.ctx.run_one(pool, arrival)
+            self.sent += 1
+            if record is not None and self.on_record is not None:
+                self.on_record(record)
+        finally:
+            self._pools.append(pool)
+            if slots is not None:
+                slots.release()
+
+    def _drop(self, arrival: Arrival, why: str) -> None:
+        self.dropped += 1
+        self.ctx.record_dropped(arrival, why)

@@ -1,0 +1,201 @@
+"""Which level runs next: the fixed staircase, or a capacity search under an SLO.
+
+`FixedLevels` runs `--steps` / `--rates` in order. `CapacitySearch` (`--search`) runs the
+same levels as a coarse staircase until a level misses the SLO, then bisects between the
+last level that met it and the first that missed it, until the two are within
+`--search-precision` of each other (a concurrency search also stops at a gap of one user),
+all in one run. Each level is one step; the master judges it when the step ends, on the
+live statistics of the step (locustfiles/live.py: every finished request of the step that
+the workers have reported, 1% relative accuracy, the warmup included). The report
+recomputes each verdict exactly from the events and flags any that differ.
+
+A search ends with a status:
+- `found`: a level that met the SLO and one that missed it, within the precision: the
+  result is the former;
+- `all_passed`: the highest coarse level met the SLO (capacity is above it);
+- `lowest_failed`: the first level missed it (the locust process exits 3);
+- `stopped`: the run ended before the search did.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, Protocol
+
+from analysis.slo import Slo, parse_slo
+from analysis.stats import PERCENTILES
+
+MAX_BISECTIONS: Final = 12
+"""Bisection probes at most (a precision of 0.05 over a doubling needs 5)."""
+
+MAX_STRETCH: Final = 4.0
+"""A search level runs at most this many times --step-duration waiting for its requests."""
+
+
+class StepStats(Protocol):
+    """What the search reads of a step's live statistics (live.GroupStats)."""
+
+    sketches: dict[str, Any]
+
+    def count(self, status: str) -> int: ...
+
+
+class FixedLevels:
+    """The staircase as given: every level once, in order."""
+
+    status: str | None = None
+    last_failed = False  # the level just judged missed the SLO
+
+    def __init__(self, levels: tuple[float, ...]) -> None:
+        self.levels = levels
+
+    def first(self) -> float:
+        return self.levels[0]
+
+    def next_level(self, index: int, stats: StepStats | None, requests: int) -> float | None:
+        """The level of step `index + 1` once step `index` ended (None: the run is done)."""
+        return self.levels[index + 1] if index + 1 < len(self.levels) else None
+
+    def stop(self) -> None:
+        """The run ended (finished or stopped early)."""
+
+    def to_dict(self) -> dict[str, Any] | None:
+        return None
+
+
+def judge(slo: Slo, stats: StepStats | None) -> tuple[bool, list[str], dict[str, float | None]]:
+    """A step's live verdict: (passed, failures as the report words them, values used)."""
+    values: dict[str, float | None] = {}
+    for objective in slo.objectives:
+        values[objective.column] = _value(objective.column, stats)
+    failures = slo.failures(values)
+    return not failures, failures, values
+
+
+def _value(column: str, stats: StepStats | None) -> float | None:
+    if stats is None:
+        return None
+    if column == "error_rate":
+        ok, failed = stats.count("ok"), stats.count("error")
+        return failed / (ok + failed) if ok + failed else None
+    metric, stat, _unit = column.rsplit("_", 2)
+    sketch = stats.sketches.get(metric)
+    if sketch is None or sketch.count <= 0:
+        return None
+    if stat == "mean":
+        return float(sketch.sum / sketch.count)
+    q = 1.0 if stat == "max" else PERCENTILES[stat]
+    value = sketch.quantile(q)
+    return None if value is None else float(value)
+
+
+class CapacitySearch(FixedLevels):
+    """Coarse staircase until the SLO fails, then bisection (see the module docstring)."""
+
+    def __init__(self, levels: tuple[float, ...], mode: str, spec: str, precision: float,
+                 min_requests: int) -> None:  # fmt: skip
+        super().__init__(levels)
+        self.mode = mode
+        self.spec = spec
+        self.slo = parse_slo(spec)
+        self.precision = precision
+        self.min_requests = min_requests
+        self.probes: list[dict[str, Any]] = []
+        self.status: str | None = "running"
+        self.passed: float | None = None  # highest level that met the SLO
+        self.passed_step: int | None = None
+        self.failed: float | None = None  # lowest level that missed it
+        self._coarse = 0  # index into levels while coarse
+        self._bisections = 0
+        self._current: float = levels[0]
+
+    def first(self) -> float:
+        self._current = self.levels[0]
+        return self._current
+
+    def next_level(self, index: int, stats: StepStats | None, requests: int) -> float | None:
+        passed, failures, values = judge(self.slo, stats)
+        self.last_failed = not passed
+        level = self._current
+        phase = "coarse" if self.failed is None else "bisect"
+        self.probes.append({
+            "step": index, "level": level, "phase": phase, "passed": passed,
+            "requests": requests, "few_requests": requests < self.min_requests,
+            "failures": failures, "values": values,
+        })  # fmt: skip
+        if passed and (self.passed is None or level > self.passed):
+            self.passed, self.passed_step = level, index
+        if not passed and (self.failed is None or level < self.failed):
+            self.failed = level
+        if phase == "coarse":
+            if not passed:
+                if self.passed is None:
+                    return self._end("lowest_failed")
+            elif self._coarse + 1 < len(self.levels):
+                self._coarse += 1
+                self._current = self.levels[self._coarse]
+                return self._current
+            else:
+                return self._end("all_passed")
+        return self._bisect()
+
+    def _bisect(self) -> float | None:
+        low, high = self.passed, self.failed
+        assert low is not None and high is not None
+        if self._close(low, high) or self._bisections >= MAX_BISECTIONS:
+            return self._end("found")
+        mid = (low + high) / 2
+        mid = float(math.floor(mid)) if self.mode == "concurrency" else _round(mid)
+        if not low < mid < high:
+            return self._end("found")
+        self._bisections += 1
+        self._current = mid
+        return mid
+
+    def _close(self, low: float, high: float) -> bool:
+        if self.mode == "concurrency" and high - low <= 1:
+            return True
+        return high - low <= self.precision * low
+
+    def _end(self, status: str) -> float | None:
+        """The search is over: no next level."""
+        self.status = status
+        return None
+
+    def _level(self, level: float) -> float | int:
+        """A level as the manifest gives it: users are whole numbers."""
+        return int(level) if self.mode == "concurrency" else level
+
+    def stop(self) -> None:
+        if self.status == "running":
+            self.status = "stopped"
+
+    def to_dict(self) -> dict[str, Any] | None:
+        result = None
+        if self.passed is not None:
+            result = {"level": self._level(self.passed), "step": self.passed_step}
+        return {
+            "mode": self.mode,
+            "slo": self.spec,
+            "precision": self.precision,
+            "min_requests": self.min_requests,
+            "status": self.status,
+            "probes": [{**p, "level": self._level(p["level"])} for p in self.probes],
+            "result": result,
+        }
+
+
+def _round(rate: float) -> float:
+    """A bisected rate to 3 significant digits (readable levels, still strictly between)."""
+    if rate <= 0:
+        return rate
+    digits = 3 - int(math.floor(math.log10(rate))) - 1
+    return round(rate, max(digits, 0) if rate >= 1 else digits)
+
+
+def plan_for(options: Any) -> FixedLevels:
+    """The plan of a run's options (ChatOptions)."""
+    if options.search == "off":
+        return FixedLevels(options.levels)
+    return CapacitySearch(options.levels, options.mode, options.slo, options.search_precision,
+                          options.search_min_requests)  # fmt: skip
