@@ -1,12 +1,14 @@
 """A campaign file (YAML or TOML) read and validated into typed dataclasses.
 
     campaign = load_campaign("examples/sim-campaign.yaml")   # or parse_campaign(mapping)
-    campaign.workload[0].spec, campaign.steps, campaign.engine.metadata()
+    campaign.workload[0].spec, campaign.levels, campaign.mode, campaign.engine.metadata()
 
 Every key, its type, default and meaning: docs/campaign-config.md. Any problem raises
 UsageError with one line naming the file, the key and the fix, before anything is started:
 first every unknown key and every missing required key of the file, all in one message,
-then the first value that cannot be right (wrong type, bad workload or SLO, a zero step).
+then the first value that cannot be right (wrong type, bad workload or SLO, a zero step),
+then the first pair of keys that contradict each other (`steps` and `rates`, a search
+without the steps it needs or without an SLO to judge by).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NoReturn
 
 from analysis.errors import UsageError
 
 EXTERNAL: Final = "external"
+SEARCH_MODES: Final = ("off", "concurrency", "rate")
+OVER_CAP: Final = ("wait", "drop")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # Options the campaign sets itself: in `extra` they would contradict the file.
@@ -35,7 +39,12 @@ OWNED_FLAGS = {
     "--expect-workers": "workers", "--master-bind-host": "master_bind_host",
     "--master-bind-port": "master_port", "--headless": "(always headless)",
     "-f": "(the llmload locustfile)", "--locustfile": "(the llmload locustfile)",
+    "--rates": "rates", "--arrival": "arrival", "--max-concurrency": "max_concurrency",
+    "--over-cap": "over_cap", "--search": "search", "--slo": "slo",
+    "--search-precision": "search_precision", "--search-min-requests": "search_min_requests",
 }  # fmt: skip
+OPEN_LOOP_KEYS: Final = ("arrival", "max_concurrency", "over_cap")
+"""Keys that shape open-loop (rate) steps: they need `rates`."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,14 @@ class Campaign:
     target: Target
     workload: tuple[NamedWorkload, ...]
     name: str = "campaign"
-    steps: tuple[int, ...] = (1, 2, 4, 8)
+    steps: tuple[int, ...] = (1, 2, 4, 8)  # () when the steps are rates
+    rates: tuple[float, ...] = ()  # open loop: requests/s, one step each, instead of steps
+    arrival: str = "poisson"
+    max_concurrency: int = 0
+    over_cap: str = "wait"  # wait | drop: an arrival over max_concurrency waits or is dropped
+    search: str = "off"  # off | concurrency | rate: capacity search
+    search_precision: float = 0.05
+    search_min_requests: int = 100
     step_duration: float = 30.0
     step_warmup: float = 5.0
     cold_requests: int = 3
@@ -93,6 +109,16 @@ class Campaign:
     @property
     def local_workers(self) -> int:
         return 0 if self.workers == EXTERNAL else int(self.workers)
+
+    @property
+    def mode(self) -> Literal["concurrency", "rate"]:
+        """Open loop ("rate": a step per entry of `rates`) or closed ("concurrency": `steps`)."""
+        return "rate" if self.rates else "concurrency"
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The steps' levels, in order: rates (requests/s) or concurrencies."""
+        return self.rates or tuple(float(s) for s in self.steps)
 
 
 def load_campaign(path: Path | str) -> Campaign:
@@ -142,11 +168,22 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         expect = int(workers)
     elif expect is None:
         top.fail("expect_workers", "is required with workers: external (how many to wait for)")
+    rates = top.rates("rates")
     campaign = Campaign(
         target=target,
         workload=top.workloads("workload"),
         name=top.name("name", Campaign.name),
-        steps=top.steps("steps", Campaign.steps),
+        steps=() if rates else top.steps("steps", Campaign.steps),
+        rates=rates,
+        arrival=top.arrival("arrival"),
+        max_concurrency=top.integer("max_concurrency", Campaign.max_concurrency, minimum=0) or 0,
+        over_cap=top.choice("over_cap", OVER_CAP, Campaign.over_cap),
+        search=top.choice("search", SEARCH_MODES, Campaign.search),
+        search_precision=top.fraction("search_precision", Campaign.search_precision),
+        search_min_requests=top.integer(
+            "search_min_requests", Campaign.search_min_requests, minimum=1
+        )
+        or Campaign.search_min_requests,
         step_duration=top.number("step_duration", Campaign.step_duration, positive=True),
         step_warmup=top.number("step_warmup", Campaign.step_warmup),
         cold_requests=top.integer("cold_requests", Campaign.cold_requests, minimum=0) or 0,
@@ -166,8 +203,45 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         top.fail("step_warmup", f"must be shorter than step_duration ({campaign.step_duration})")
     if campaign.fail_on_slo and not _has_objectives(campaign.slo):
         top.fail("fail_on_slo", "needs step objectives in slo, e.g. slo: ttft_p99=0.5")
+    _check_open_loop(top, campaign)
+    _check_search(top, campaign)
     _check_events_uri(top, campaign.events_uri)
     return campaign
+
+
+def _check_open_loop(top: _Section, campaign: Campaign) -> None:
+    """`rates` replaces `steps`; the open-loop keys need `rates`."""
+    if campaign.rates and top.given("steps"):
+        top.fail(
+            "steps",
+            "and key 'rates' are both set: give steps (concurrency) or rates (requests/s), "
+            "not both",
+        )
+    if not campaign.rates:
+        for key in OPEN_LOOP_KEYS:
+            if top.given(key):
+                top.fail(key, "applies to open-loop steps: give rates too, e.g. rates: [1, 2, 4]")
+
+
+def _check_search(top: _Section, campaign: Campaign) -> None:
+    """A search needs the levels of its mode and an SLO with a step objective to judge by."""
+    if campaign.search == "off":
+        return
+    if campaign.search == "rate" and not campaign.rates:
+        top.fail("search", "is rate: it needs rates (the coarse levels), e.g. rates: [1, 2, 4, 8]")
+    if campaign.search == "concurrency" and campaign.rates:
+        top.fail("search", "is concurrency: it searches steps, not rates; use search: rate")
+    if not _has_objectives(campaign.slo):
+        top.fail(
+            "search",
+            "needs slo with a step objective to judge each level by, e.g. slo: ttft_p99=0.5",
+        )
+    if campaign.fail_on_slo:
+        top.fail(
+            "fail_on_slo",
+            "does not apply to a capacity search (levels above the capacity miss the SLO by "
+            "design; the campaign exits 3 when even the lowest level misses it): remove it",
+        )
 
 
 def _has_objectives(spec: str) -> bool:
@@ -197,11 +271,14 @@ class _Section:
             raise UsageError(f"{source}: {where} must be a mapping of keys, not {_kind(data)}")
         self.data: Mapping[str, Any] = data
 
-    def fail(self, key: str, problem: str) -> None:
+    def fail(self, key: str, problem: str) -> NoReturn:
         raise UsageError(f"{self.source}: key {self._full(key)!r} {problem}")
 
     def _full(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
+
+    def given(self, key: str) -> bool:
+        return self.data.get(key) is not None
 
     def _get(self, key: str, required: bool = False) -> Any:
         value = self.data.get(key)
@@ -310,6 +387,61 @@ class _Section:
         if len(steps) != len(items) or any(s < 1 for s in steps):
             self.fail(key, f"must be a list of integers >= 1 such as [1, 2, 4], not {value!r}")
         return steps
+
+    def rates(self, key: str) -> tuple[float, ...]:
+        value = self._get(key)
+        if value is None:
+            return ()
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list) or not items:
+            self.fail(key, f"must be a list of requests/s such as [0.5, 1, 2], not {value!r}")
+        rates: list[float] = []
+        for item in items:
+            try:
+                rate = math.nan if isinstance(item, bool) else float(str(item).strip())
+            except ValueError:
+                rate = math.nan
+            if not (math.isfinite(rate) and rate > 0):
+                self.fail(
+                    key,
+                    f"must be a list of numbers > 0 (requests/s) such as [0.5, 1, 2], "
+                    f"not {value!r}",
+                )
+            rates.append(rate)
+        return tuple(rates)
+
+    def arrival(self, key: str) -> str:
+        from locustfiles.options import parse_arrival
+
+        value = self.string(key, Campaign.arrival)
+        try:
+            return parse_arrival(value)
+        except UsageError:
+            self.fail(
+                key,
+                "must be poisson, constant or gamma:CV with CV > 0 "
+                f"(e.g. gamma:2 for bursty arrivals), not {value!r}",
+            )
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self._get(key)
+        if value is None:
+            return default
+        if value is False and "off" in choices:
+            return "off"  # YAML 1.1 reads a bare `off` as false
+        if value not in choices:
+            self.fail(key, f"must be {' or '.join(choices)}, not {value!r}")
+        return str(value)
+
+    def fraction(self, key: str, default: float) -> float:
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(key, f"must be a number between 0 and 1 such as 0.05, not {value!r}")
+        if not (math.isfinite(value) and 0 < value < 1):
+            self.fail(key, f"must be between 0 and 1 (exclusive) such as 0.05, not {value}")
+        return float(value)
 
     def workloads(self, key: str) -> tuple[NamedWorkload, ...]:
         value = self._get(key, required=True)

@@ -2,11 +2,14 @@
 
 report = report_run(run_uri, out_dir, slo)        # files in out_dir, as `llmload report`
 print(describe(report))                           # step table, SLO verdict, report path
+search_line(report)                               # what a capacity search found, or None
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from analysis.present import SIMULATED_BANNER, step_table
 from analysis.report import Report, build_report
@@ -26,12 +29,12 @@ def describe(report: Report, label: str = "") -> str:
     else:
         lines.append(heading)
     lines.append(md_table(*step_table(report)))
-    if report.slo.objectives:
-        best = report.best_concurrency
+    search = search_line(report)
+    if search is not None:
+        lines.append(search)
+    elif report.slo.objectives:
         verdict = "FAILED" if report.slo_failed else "met"
-        lines.append(
-            f"SLO {verdict}; highest concurrency meeting it: {best if best is not None else 'none'}"
-        )
+        lines.append(f"SLO {verdict}; {_best_level(report)}")
     main = report.files.get("report.html") or report.files.get("report.md")
     lines.append(f"report: {Path(main).resolve() if main else 'not written'}")
     return "\n".join(lines)
@@ -39,3 +42,52 @@ def describe(report: Report, label: str = "") -> str:
 
 def failing_steps(report: Report) -> list[str]:
     return [str(r["step"]) for r in report.step_rows if r["slo_pass"] is False]
+
+
+def search_block(report: Report) -> dict[str, Any] | None:
+    """The run's capacity search as the manifest records it (None: the run had no search)."""
+    block = report.manifest.get("search")
+    return dict(block) if isinstance(block, Mapping) else None
+
+
+def search_line(report: Report) -> str | None:
+    """One line: the highest level a capacity search found meeting the SLO (None: no search)."""
+    block = search_block(report)
+    if block is None:
+        return None
+    mode = str(block.get("mode") or "level")
+    slo = block.get("slo") or report.slo.spec
+    status = block.get("status")
+    result = block.get("result")
+    best = result.get("level") if isinstance(result, Mapping) else None
+    if status == "lowest_failed":
+        probes = block.get("probes") or []
+        first = probes[0] if probes and isinstance(probes[0], Mapping) else {}
+        lowest = level_text(mode, first.get("level"))
+        misses = "; ".join(str(f) for f in first.get("failures") or [])
+        why = f" ({misses})" if misses else ""
+        return f"capacity search: even the lowest level ({lowest}) missed the SLO {slo}{why}"
+    line = f"capacity search: highest {mode} meeting the SLO: {level_text(mode, best)}"
+    if status == "found":
+        return line
+    if status == "all_passed":
+        return f"{line} (the highest level tried: the capacity is above it; add higher levels)"
+    return f"{line} so far: the search did not finish (status {status})"
+
+
+def level_text(mode: str, level: Any) -> str:
+    """A level as people read it: `8` (concurrency), `2.5 requests/s` (rate), `none`."""
+    if not isinstance(level, int | float):
+        return "none"
+    return f"{level:g} requests/s" if mode == "rate" else f"{level:g}"
+
+
+def _best_level(report: Report) -> str:
+    """The highest level whose step meets every objective: a rate in open-loop runs."""
+    rows = report.step_rows
+    if any(r.get("mode") == "rate" for r in rows):
+        rates = [r.get("rate") for r in rows if r["slo_pass"] is True]
+        best = max((float(x) for x in rates if isinstance(x, int | float)), default=None)
+        return f"highest rate meeting it: {level_text('rate', best)}"
+    concurrency = report.best_concurrency
+    return f"highest concurrency meeting it: {concurrency if concurrency is not None else 'none'}"

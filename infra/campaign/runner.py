@@ -7,11 +7,16 @@ One workload is one run (its own run id, events under `<events_uri>/<run_id>/`, 
 `<out_root>/<run_id>/`, process logs in `<out_root>/<run_id>/logs/`). Workloads run one after
 another. Every process started here is stopped before `run_campaign` returns or raises,
 Ctrl-C included (see procs.py).
+
+A run with a capacity search (`search: rate|concurrency`) may end with the master's exit
+status 3 (EXIT_SEARCH_LOWEST_FAILED): even the lowest level missed the SLO. That run is
+complete, not crashed: it is reported like any other and its RunResult says `lowest_failed`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Final
 
 import locustfiles
 from analysis.errors import LlmloadError
@@ -29,7 +35,7 @@ from analysis.report import Report
 from analysis.storage import join_uri
 from infra.campaign.config import Campaign, NamedWorkload
 from infra.campaign.procs import Children
-from infra.campaign.report import report_run
+from infra.campaign.report import level_text, report_run, search_block, search_line
 from infra.ports import free_port
 
 LOCUSTFILE = Path(locustfiles.__file__).parent / "chat.py"
@@ -37,6 +43,12 @@ MASTER_GRACE_S = 30.0
 """After Ctrl-C: how long the master may take to collect the workers' events."""
 WORKER_EXIT_S = 15.0
 """After the master ended: how long workers may take to quit on their own."""
+EXIT_SEARCH_LOWEST_FAILED: Final = 3
+"""The master's exit status when a capacity search found even its lowest level missing the SLO."""
+SEARCH_PROBE_STEPS: Final = 4
+"""A search probe lasts at least step_duration and at most this many times it."""
+SEARCH_BISECT_PROBES: Final = 12
+"""Bisection probes a run's deadline allows for (more when rates and precision need more)."""
 
 Echo = Callable[[str], None]
 
@@ -52,6 +64,18 @@ class RunResult:
     run_uri: str
     out_dir: Path
     report: Report
+    master_status: int = 0  # 0, or EXIT_SEARCH_LOWEST_FAILED after a capacity search
+
+    @property
+    def search(self) -> dict[str, Any] | None:
+        """The run's capacity search as its manifest records it (None: no search)."""
+        return search_block(self.report)
+
+    @property
+    def lowest_failed(self) -> bool:
+        """A capacity search found that even its lowest level missed the SLO."""
+        status = (self.search or {}).get("status")
+        return self.master_status == EXIT_SEARCH_LOWEST_FAILED or status == "lowest_failed"
 
 
 def run_campaign(
@@ -68,12 +92,28 @@ def run_campaign(
         run_id = new_run_id(campaign, workload)
         out_dir = out_root / run_id
         run_uri = join_uri(campaign.events_uri, run_id)
-        run_workload(campaign, workload, run_id, out_dir / "logs", child_env, echo)
+        status = run_workload(campaign, workload, run_id, out_dir / "logs", child_env, echo)
         echo(f"run {run_id} ended; building the report from {run_uri}")
         with scoped_environ(env or {}):
             report = report_run(run_uri, out_dir, campaign.slo)
-        results.append(RunResult(workload, run_id, run_uri, out_dir, report))
+        result = RunResult(workload, run_id, run_uri, out_dir, report, status)
+        line = _search_outcome(campaign, result)
+        if line is not None:
+            echo(line)
+        results.append(result)
     return results
+
+
+def _search_outcome(campaign: Campaign, result: RunResult) -> str | None:
+    """What the run's capacity search found, in one line (None: no search)."""
+    if result.lowest_failed and (result.search or {}).get("status") != "lowest_failed":
+        # the master's exit status says so, but the manifest holds no such search record
+        return (
+            "capacity search: even the lowest level "
+            f"({level_text(campaign.mode, min(campaign.levels))}) missed the SLO "
+            f"{campaign.slo} (master exit status {result.master_status})"
+        )
+    return search_line(result.report)
 
 
 def new_run_id(campaign: Campaign, workload: NamedWorkload) -> str:
@@ -90,8 +130,11 @@ def run_workload(
     log_dir: Path,
     env: Mapping[str, str],
     echo: Echo,
-) -> None:
-    """One run: master (+ local workers) until the master exits; raises CampaignError."""
+) -> int:
+    """One run: master (+ local workers) until the master exits; raises CampaignError.
+
+    Returns the master's exit status: 0, or EXIT_SEARCH_LOWEST_FAILED after a search.
+    """
     port = campaign.master_port or free_port(campaign.master_bind_host)
     with Children(log_dir) as children:
         master = children.start("master", master_command(campaign, workload, run_id, port), env)
@@ -118,7 +161,7 @@ def run_workload(
                 worker.wait(WORKER_EXIT_S)
             except subprocess.TimeoutExpired:
                 break  # stop_all ends it
-        if master.returncode != 0:
+        if not _completed(campaign, master.returncode):
             tail = children.log_tail("master")
             raise CampaignError(
                 f"the Locust master of run {run_id} exited with status {master.returncode}; "
@@ -130,6 +173,12 @@ def run_workload(
                     f"{name} of run {run_id} exited with status {worker.returncode}; "
                     f"log {children.log_path(name)}:\n{children.log_tail(name)}"
                 )
+        return int(master.returncode)
+
+
+def _completed(campaign: Campaign, status: int | None) -> bool:
+    """Whether the master's exit status means a complete run (a failed search is one)."""
+    return status == 0 or (status == EXIT_SEARCH_LOWEST_FAILED and campaign.search != "off")
 
 
 def _wait_for_master(
@@ -156,12 +205,25 @@ def _wait_for_master(
 def _announce(
     campaign: Campaign, workload: NamedWorkload, run_id: str, port: int, echo: Echo
 ) -> None:
-    steps = ",".join(str(s) for s in campaign.steps)
-    echo(
-        f"run {run_id}: workload {workload.spec} against {campaign.target.url}; "
-        f"steps {steps} x {campaign.step_duration:g} s (warmup {campaign.step_warmup:g} s); "
-        f"about {estimated_seconds(campaign):.0f} s"
-    )
+    levels = ",".join(_levels(campaign))
+    if campaign.rates:
+        cap = campaign.max_concurrency
+        limit = f", at most {cap} in flight ({campaign.over_cap} over it)" if cap else ""
+        what = f"rates {levels} requests/s ({campaign.arrival}{limit})"
+    else:
+        what = f"steps {levels}"
+    timing = f"{campaign.step_duration:g} s (warmup {campaign.step_warmup:g} s)"
+    if campaign.search == "off":
+        plan = f"{what} x {timing}; about {estimated_seconds(campaign):.0f} s"
+    else:
+        plan = (
+            f"capacity search by {campaign.search} for the SLO {campaign.slo}: coarse {what}, "
+            f"then bisection; each probe {timing}, longer until "
+            f"{campaign.search_min_requests} requests finished (at most "
+            f"{SEARCH_PROBE_STEPS * campaign.step_duration:g} s); at most "
+            f"{search_probes(campaign)} probes, {longest_seconds(campaign):.0f} s in all"
+        )
+    echo(f"run {run_id}: workload {workload.spec} against {campaign.target.url}; {plan}")
     if campaign.external_workers:
         echo(
             f"waiting up to {campaign.worker_wait:g} s for {campaign.expect_workers} worker(s): "
@@ -184,7 +246,7 @@ def master_command(
         "--expect-workers-max-wait", f"{campaign.worker_wait:g}",
         "--exit-code-on-error", "0",  # request failures are data in the report, not a failed run
         "--host", target.url, "--api-key-env", target.api_key_env,
-        "--workload", workload.spec, "--steps", ",".join(str(s) for s in campaign.steps),
+        "--workload", workload.spec,
         "--step-duration", f"{campaign.step_duration:g}",
         "--step-warmup", f"{campaign.step_warmup:g}",
         "--cold-requests", str(campaign.cold_requests),
@@ -193,7 +255,33 @@ def master_command(
     ]  # fmt: skip
     if target.model:
         args += ["--model", target.model]
+    if campaign.rates:
+        args += [
+            "--rates", ",".join(_exact(r) for r in campaign.rates),
+            "--arrival", campaign.arrival,
+            "--max-concurrency", str(campaign.max_concurrency),
+            "--over-cap", campaign.over_cap,
+        ]  # fmt: skip
+    else:
+        args += ["--steps", ",".join(str(s) for s in campaign.steps)]
+    if campaign.slo:
+        args += ["--slo", campaign.slo]  # the run records its SLO, and a search judges by it
+    if campaign.search != "off":
+        args += [
+            "--search", campaign.search,
+            "--search-precision", _exact(campaign.search_precision),
+            "--search-min-requests", str(campaign.search_min_requests),
+        ]  # fmt: skip
     return [*args, *campaign.extra]
+
+
+def _exact(value: float) -> str:
+    """A number for a command line, without rounding: 2.0 -> '2', 0.1 -> '0.1'."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _levels(campaign: Campaign) -> list[str]:
+    return [f"{level:g}" for level in campaign.levels]
 
 
 def worker_command(campaign: Campaign, port: int) -> list[str]:
@@ -208,12 +296,37 @@ def worker_command(campaign: Campaign, port: int) -> list[str]:
 
 def estimated_seconds(campaign: Campaign) -> float:
     """Steps plus a few seconds for spawning, cold requests and the end handshake."""
-    return len(campaign.steps) * (campaign.step_duration + 0.5) + 5
+    return len(campaign.levels) * (campaign.step_duration + 0.5) + 5
+
+
+def search_probes(campaign: Campaign) -> int:
+    """The most probes a capacity search can run: every coarse level, then the bisection.
+
+    Bisection between a passing level `lo` and the next coarse level `hi` halves the gap
+    until it is at most precision x the last pass (>= lo), or 1 for concurrencies.
+    """
+    levels = sorted(campaign.levels)
+    bisect = SEARCH_BISECT_PROBES
+    for lo, hi in zip(levels, levels[1:], strict=False):
+        if hi > lo:
+            gap = (hi - lo) / (campaign.search_precision * lo)
+            if campaign.mode == "concurrency":
+                gap = min(gap, hi - lo)
+            bisect = max(bisect, math.ceil(math.log2(max(gap, 1.0))))
+    return len(levels) + bisect
+
+
+def longest_seconds(campaign: Campaign) -> float:
+    """The longest the steps can take: the estimate, or every search probe at its longest."""
+    if campaign.search == "off":
+        return estimated_seconds(campaign)
+    probe = SEARCH_PROBE_STEPS * campaign.step_duration + 0.5
+    return search_probes(campaign) * probe + 5
 
 
 def run_deadline(campaign: Campaign) -> float:
     """When a run that has not ended counts as hung: generous, it only guards against hangs."""
-    return campaign.worker_wait + 2 * estimated_seconds(campaign) + 180
+    return campaign.worker_wait + 2 * longest_seconds(campaign) + 180
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_SLO_FAILED = 3
+"""fail_on_slo and a step missed the SLO, or a capacity search's lowest level missed it."""
 
 
 def register(sub: Any) -> None:
@@ -18,7 +19,8 @@ def register(sub: Any) -> None:
             "Validate the campaign file (docs/campaign-config.md), start a Locust master and "
             "its local workers (or wait for external ones), run every workload in turn, and "
             "write one report per run. Exit 2 on an invalid file (nothing started), 3 when "
-            "fail_on_slo is set and a step misses the SLO."
+            "fail_on_slo is set and a step misses the SLO, or when a capacity search finds "
+            "that even its lowest level misses the SLO (after every workload ran)."
         ),
     )
     parser.add_argument("config", metavar="CONFIG", type=Path, help="campaign file (.yaml, .toml)")
@@ -45,17 +47,27 @@ def run(args: argparse.Namespace) -> int:
     out_root = args.out or Path(campaign.report_dir)
     with sigterm_interrupts():
         results = run_campaign(campaign, out_root, echo=_echo)
-    failed = []
+    failed, lowest_failed = [], []
     for result in results:
         for warning in result.report.warnings:
             print(f"llmload: warning: {warning}", file=sys.stderr)
         print(describe(result.report, label=f"workload {result.workload.name}: "), flush=True)
         if result.report.slo_failed:
             failed.append(f"{result.run_id} (step(s) {', '.join(failing_steps(result.report))})")
+        if result.lowest_failed:
+            lowest_failed.append(result.run_id)
+    status = 0
     if campaign.fail_on_slo and failed:
         print(f"llmload: SLO failed in {'; '.join(failed)}", file=sys.stderr)
-        return EXIT_SLO_FAILED
-    return 0
+        status = EXIT_SLO_FAILED
+    if lowest_failed:
+        print(
+            "llmload: capacity search: even the lowest level missed the SLO in "
+            f"{'; '.join(lowest_failed)}",
+            file=sys.stderr,
+        )
+        status = EXIT_SLO_FAILED
+    return status
 
 
 def _echo(line: str) -> None:

@@ -1,5 +1,6 @@
 """Campaign files: every example parses, every problem is one line naming the key, every key
-is documented, and the engine metadata reaches the master's command line."""
+is documented, the engine metadata and the open-loop and search keys reach the master's
+command line, and a capacity search's run gets a deadline long enough for its probes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import pytest
 
 from analysis.errors import UsageError
 from infra.campaign import Campaign, Engine, NamedWorkload, Target, load_campaign, parse_campaign
-from infra.campaign.runner import master_command, worker_command
+from infra.campaign.config import OWNED_FLAGS
+from infra.campaign.runner import (
+    SEARCH_BISECT_PROBES,
+    estimated_seconds,
+    master_command,
+    run_deadline,
+    search_probes,
+    worker_command,
+)
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.*ml"))
@@ -29,7 +38,7 @@ def test_there_are_the_three_examples() -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_every_example_parses(path: Path) -> None:
     campaign = load_campaign(path)
-    assert campaign.workload and campaign.steps
+    assert campaign.workload and campaign.levels
     assert campaign.target.url.startswith("http://127.0.0.1:")
 
 
@@ -39,6 +48,8 @@ def test_examples_cover_engine_metadata_and_the_slo_gate() -> None:
     assert len(vllm.workload) > 1
     gate = load_campaign(ROOT / "examples" / "ci-slo-gate.yaml")
     assert gate.fail_on_slo and gate.slo
+    search = load_campaign(ROOT / "examples" / "sim-rate-search-campaign.yaml")
+    assert search.search == "rate" and search.mode == "rate" and search.rates and search.slo
 
 
 def test_minimal_file_takes_the_documented_defaults() -> None:
@@ -98,6 +109,40 @@ def test_toml_and_yaml_read_the_same(tmp_path: Path) -> None:
         ({"extra": "--seed 3"}, "key 'extra' must be a list of Locust arguments"),
         ({"name": "my campaign"}, "key 'name' must be letters, digits"),
         ({"events_uri": "ftp://x/y"}, "key 'events_uri' events URI scheme 'ftp' is not supported"),
+        ({"rates": []}, "key 'rates' must be a list of requests/s such as [0.5, 1, 2], not []"),
+        ({"rates": 4}, "key 'rates' must be a list of requests/s such as [0.5, 1, 2], not 4"),
+        ({"rates": [1, 0]}, "key 'rates' must be a list of numbers > 0 (requests/s)"),
+        ({"rates": "1,-2"}, "key 'rates' must be a list of numbers > 0 (requests/s)"),
+        ({"rates": "1,x"}, "key 'rates' must be a list of numbers > 0 (requests/s)"),
+        ({"rates": [1, True]}, "key 'rates' must be a list of numbers > 0 (requests/s)"),
+        ({"rates": [1, float("inf")]}, "key 'rates' must be a list of numbers > 0 (requests/s)"),
+        ({"rates": [1, 2], "steps": [1, 2]}, "key 'steps' and key 'rates' are both set: give steps (concurrency) or rates (requests/s), not both"),
+        ({"rates": [1], "arrival": "uniform"}, "key 'arrival' must be poisson, constant or gamma:CV with CV > 0"),
+        ({"rates": [1], "arrival": "gamma:0"}, "key 'arrival' must be poisson, constant or gamma:CV with CV > 0"),
+        ({"rates": [1], "arrival": "gamma:x"}, "key 'arrival' must be poisson, constant or gamma:CV"),
+        ({"rates": [1], "arrival": 2}, "key 'arrival' must be a string"),
+        ({"rates": [1], "max_concurrency": -1}, "key 'max_concurrency' must be >= 0, not -1"),
+        ({"rates": [1], "max_concurrency": 2.5}, "key 'max_concurrency' must be an integer"),
+        ({"rates": [1], "over_cap": "queue"}, "key 'over_cap' must be wait or drop, not 'queue'"),
+        ({"arrival": "constant"}, "key 'arrival' applies to open-loop steps: give rates too"),
+        ({"max_concurrency": 8}, "key 'max_concurrency' applies to open-loop steps: give rates too"),
+        ({"over_cap": "drop"}, "key 'over_cap' applies to open-loop steps: give rates too"),
+        ({"search": "yes"}, "key 'search' must be off or concurrency or rate, not 'yes'"),
+        ({"search": True}, "key 'search' must be off or concurrency or rate, not True"),
+        ({"search": "rate", "slo": "ttft_p99=0.5"}, "key 'search' is rate: it needs rates (the coarse levels)"),
+        ({"search": "concurrency", "rates": [1], "slo": "ttft_p99=0.5"}, "key 'search' is concurrency: it searches steps, not rates; use search: rate"),
+        ({"search": "concurrency"}, "key 'search' needs slo with a step objective to judge each level by"),
+        ({"search": "concurrency", "slo": "ttft=1"}, "key 'search' needs slo with a step objective"),
+        ({"search": "concurrency", "slo": "ttft_p99=0.5", "fail_on_slo": True}, "key 'fail_on_slo' does not apply to a capacity search"),
+        ({"search_precision": 0}, "key 'search_precision' must be between 0 and 1 (exclusive) such as 0.05, not 0"),
+        ({"search_precision": 1}, "key 'search_precision' must be between 0 and 1 (exclusive)"),
+        ({"search_precision": float("nan")}, "key 'search_precision' must be between 0 and 1"),
+        ({"search_precision": "5%"}, "key 'search_precision' must be a number between 0 and 1"),
+        ({"search_min_requests": 0}, "key 'search_min_requests' must be >= 1, not 0"),
+        ({"search_min_requests": 1.5}, "key 'search_min_requests' must be an integer"),
+        ({"extra": ["--rates", "1,2"]}, "key 'extra' sets --rates, which the campaign controls: use rates"),
+        ({"extra": ["--search=rate"]}, "key 'extra' sets --search, which the campaign controls: use search"),
+        ({"extra": ["--slo", "ttft_p99=1"]}, "key 'extra' sets --slo, which the campaign controls: use slo"),
     ],
 )  # fmt: skip
 def test_problems_are_one_line_naming_the_key(change: dict[str, Any], expected: str) -> None:
@@ -176,6 +221,107 @@ def test_engine_metadata_and_extra_reach_the_master_command() -> None:
                         "hardware": "1x H100", "launch_args": "vllm serve 'a b'"}  # fmt: skip
     assert cmd[-2:] == ["--seed", "7"]
     assert cmd[cmd.index("--model") + 1] == "m" and cmd[cmd.index("--run-id") + 1] == "r1"
+
+
+def test_open_loop_and_search_keys_take_their_values_and_defaults() -> None:
+    c = parse_campaign(MINIMAL)
+    assert (c.rates, c.arrival, c.max_concurrency, c.over_cap) == ((), "poisson", 0, "wait")
+    assert (c.search, c.search_precision, c.search_min_requests) == ("off", 0.05, 100)
+    assert c.mode == "concurrency" and c.levels == (1.0, 2.0, 4.0, 8.0)
+    c = parse_campaign(
+        {**MINIMAL, "rates": [0.5, 1, 2], "arrival": "Gamma:2.0", "max_concurrency": 16,
+         "over_cap": "drop", "search": "rate", "slo": "ttft_p99=0.5",
+         "search_precision": 0.1, "search_min_requests": 20}
+    )  # fmt: skip
+    assert (c.rates, c.steps, c.mode, c.levels) == ((0.5, 1.0, 2.0), (), "rate", (0.5, 1.0, 2.0))
+    assert (c.arrival, c.max_concurrency, c.over_cap) == ("gamma:2", 16, "drop")
+    assert (c.search, c.search_precision, c.search_min_requests) == ("rate", 0.1, 20)
+    assert parse_campaign({**MINIMAL, "rates": " 1, 2.5 "}).rates == (1.0, 2.5)
+    assert parse_campaign({**MINIMAL, "rates": [1], "arrival": "constant"}).arrival == "constant"
+    concurrency = parse_campaign({**MINIMAL, "search": "concurrency", "slo": "ttft_p99=0.5"})
+    assert concurrency.search == "concurrency" and concurrency.steps == (1, 2, 4, 8)
+
+
+def test_a_bare_yaml_off_is_search_off(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("target: {url: 'http://127.0.0.1:8000'}\nworkload: D(8,4)\nsearch: off\n")
+    assert load_campaign(path).search == "off"  # YAML 1.1 reads `off` as false
+
+
+def test_every_open_loop_and_search_flag_is_owned() -> None:
+    for flag in ("--rates", "--arrival", "--max-concurrency", "--over-cap", "--search", "--slo",
+                 "--search-precision", "--search-min-requests"):  # fmt: skip
+        key = OWNED_FLAGS[flag]
+        assert key == flag.removeprefix("--").replace("-", "_")
+        assert key in {f.name for f in fields(Campaign)}
+
+
+def _flag(cmd: list[str], flag: str) -> str | None:
+    return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+
+def test_rate_steps_and_search_reach_the_master_command() -> None:
+    c = parse_campaign(
+        {**MINIMAL, "rates": [0.5, 2, 1.25], "arrival": "gamma:2", "max_concurrency": 16,
+         "over_cap": "drop", "search": "rate", "slo": "ttft_p99=0.5,ttft=1",
+         "search_precision": 0.1, "search_min_requests": 20}
+    )  # fmt: skip
+    cmd = master_command(c, c.workload[0], "r1", 1234)
+    assert "--steps" not in cmd  # rates replace the steps
+    assert _flag(cmd, "--rates") == "0.5,2,1.25"
+    assert (_flag(cmd, "--arrival"), _flag(cmd, "--max-concurrency")) == ("gamma:2", "16")
+    assert _flag(cmd, "--over-cap") == "drop"
+    assert (_flag(cmd, "--search"), _flag(cmd, "--slo")) == ("rate", "ttft_p99=0.5,ttft=1")
+    assert (_flag(cmd, "--search-precision"), _flag(cmd, "--search-min-requests")) == ("0.1", "20")
+
+
+def test_closed_loop_commands_carry_steps_and_the_slo_only_when_set() -> None:
+    plain = master_command(parse_campaign(MINIMAL), NamedWorkload("a", "D(8,4)"), "r1", 1)
+    assert _flag(plain, "--steps") == "1,2,4,8"
+    for flag in ("--rates", "--arrival", "--max-concurrency", "--over-cap", "--search", "--slo",
+                 "--search-precision", "--search-min-requests"):  # fmt: skip
+        assert flag not in plain
+    c = parse_campaign({**MINIMAL, "steps": [2, 4], "slo": "ttft_p99=0.5"})
+    with_slo = master_command(c, c.workload[0], "r1", 1)
+    assert _flag(with_slo, "--slo") == "ttft_p99=0.5" and "--search" not in with_slo
+    c = parse_campaign({**MINIMAL, "steps": [2, 4], "slo": "e2e_p99=9", "search": "concurrency"})
+    search = master_command(c, c.workload[0], "r1", 1)
+    assert (_flag(search, "--steps"), _flag(search, "--search")) == ("2,4", "concurrency")
+    assert (_flag(search, "--search-precision"), _flag(search, "--search-min-requests")) == (
+        "0.05",
+        "100",
+    )
+
+
+def test_a_search_gets_a_deadline_for_every_probe_at_its_longest() -> None:
+    plain = parse_campaign({**MINIMAL, "steps": [1, 2, 4], "step_duration": 10})
+    search = parse_campaign(
+        {**MINIMAL, "steps": [1, 2, 4], "step_duration": 10, "search": "concurrency",
+         "slo": "ttft_p99=0.5"}
+    )  # fmt: skip
+    assert estimated_seconds(search) == estimated_seconds(plain)
+    assert search_probes(search) == 3 + SEARCH_BISECT_PROBES
+    # (coarse levels + bisection probes) x 4 x step_duration, doubled, plus the margins
+    probes = (3 + SEARCH_BISECT_PROBES) * (4 * 10 + 0.5) + 5
+    assert run_deadline(search) == search.worker_wait + 2 * probes + 180
+    assert run_deadline(search) > run_deadline(plain) + 2 * 15 * 30
+    longer = parse_campaign(
+        {**MINIMAL, "steps": [1, 2, 4], "step_duration": 20, "search": "concurrency",
+         "slo": "ttft_p99=0.5"}
+    )  # fmt: skip
+    assert run_deadline(longer) > run_deadline(search)
+
+
+def test_rate_steps_count_like_steps_and_a_fine_search_gets_more_probes() -> None:
+    rates = parse_campaign({**MINIMAL, "rates": [1, 2, 4], "step_duration": 10})
+    steps = parse_campaign({**MINIMAL, "steps": [1, 2, 4], "step_duration": 10})
+    assert run_deadline(rates) == run_deadline(steps)
+    fine = parse_campaign(
+        {**MINIMAL, "rates": [0.1, 100], "search": "rate", "slo": "ttft_p99=0.5",
+         "search_precision": 0.001}
+    )  # fmt: skip
+    # bisecting 0.1..100 down to 0.1 % of 0.1 takes ceil(log2(99.9 / 0.0001)) = 20 probes
+    assert search_probes(fine) == 2 + 20
 
 
 def _keys(cls: type, prefix: str = "") -> list[str]:
