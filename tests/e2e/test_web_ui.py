@@ -17,10 +17,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
 
 
-def start_staircase(page: Any, steps: str, duration: float, warmup: float, workload: str) -> None:
-    """Set llmload's staircase in Locust's start form (its custom parameters) and start."""
+def start_staircase(page: Any, steps: str, duration: float, warmup: float, workload: str,
+                    **fields: str) -> None:  # fmt: skip
+    """Set llmload's staircase in Locust's start form (its custom parameters) and start;
+    `fields`: more of the form's inputs by name (e.g. rates="5,10")."""
     page.get_by_text("Custom parameters").click()
     page.fill("input[name=steps]", steps)
+    for name, value in fields.items():
+        page.fill(f"input[name={name}]", value)
     page.fill("input[name=stepDuration]", f"{duration:g}")
     page.fill("input[name=stepWarmup]", f"{warmup:g}")
     page.fill("input[name=workload]", workload)
@@ -93,3 +97,57 @@ def test_a_run_started_from_the_web_ui_steps_and_records_events(tmp_path: Path) 
     assert len(truth) > 10
     assert set(requests["step"]) == {-1, 0, 1}
     assert "D(12,8)" in stats_text  # Locust's stats table shows the scenario, once per request
+
+
+def test_a_rate_run_started_from_the_web_ui_sends_its_schedule(tmp_path: Path) -> None:
+    """Open loop from the form: --rates and --arrival are text fields of the start form."""
+    from playwright.sync_api import sync_playwright
+
+    events = tmp_path / "runs"
+    port = free_port()
+    with start_sim(tmp_path / "sim") as sim:
+        log = (tmp_path / "locust.log").open("w")
+        locust = subprocess.Popen(
+            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--host", sim.url, "--web-host", "127.0.0.1",
+             "--web-port", str(port), "--events-uri", str(events), "--cold-requests", "0",
+             "--spool-dir", str(tmp_path / "spool")],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_http(f"http://127.0.0.1:{port}/")
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/")
+                start_staircase(page, "1,2,4,8", 2, 0.5, "D(12,4)", rates="5,10",
+                                arrival="constant")  # fmt: skip
+                manifest = None
+                deadline = time.monotonic() + 40
+                while time.monotonic() < deadline:
+                    found = list(events.glob("*/manifest.json"))
+                    if found:
+                        manifest = json.loads(found[0].read_text())
+                        if manifest["status"] != "running":
+                            break
+                    time.sleep(0.2)
+                browser.close()
+        finally:
+            locust.send_signal(signal.SIGINT)
+            locust.wait(20)
+            log.close()
+        truth = sim.truth()
+    log_text = (tmp_path / "locust.log").read_text()[-3000:]
+    assert manifest is not None and manifest["status"] == "finished", log_text
+    assert [(s["rate"], s["arrival"]) for s in manifest["steps"]] == [
+        (5.0, "constant"),
+        (10.0, "constant"),
+    ]
+    import pyarrow.parquet as pq
+
+    requests = pq.read_table(events / manifest["run_id"] / "requests").to_pandas()
+    unseen_by_server(requests, truth)
+    for step in manifest["steps"]:  # constant arrivals: exactly rate x length, give or take one
+        rows = requests[requests["step"] == step["step"]]
+        length_s = (step["ended_at_ns"] - step["started_at_ns"]) / 1e9
+        assert abs(len(rows) - step["rate"] * length_s) <= 1.5
+        assert rows["intended_ns"].notna().all()
