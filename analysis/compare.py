@@ -4,7 +4,9 @@
     comparison.regressions          # the changes worse than the threshold
 
 A run is a RUN_URI (summarised on the fly) or a report directory holding summary.json.
-Steps are matched by concurrency (the cold groups with each other). Latencies regress when
+Steps are matched by concurrency in closed-loop runs and by intended rate in open-loop (rate)
+runs, the cold groups with each other; a rate run and a concurrency run measure different
+things and are not paired at all. Latencies regress when
 they grow by more than `threshold` (relative), throughputs when they shrink by more than it,
 the error rate when it grows by more than `error_rate_threshold` (absolute, in points).
 """
@@ -43,8 +45,9 @@ DEFAULT_ERROR_RATE_THRESHOLD: Final = 0.01
 class Change:
     """One metric of one step: A, B, the change and whether it is a regression."""
 
-    step: str  # "cold" or the step label "c=<concurrency>"
-    concurrency: int
+    step: str  # "cold" or the step label "c=<concurrency>" / "r=<rate>"
+    concurrency: int  # a rate step's: its cap on requests in flight (0 none)
+    rate: float | None  # the intended rate of a rate step (requests/s); None otherwise
     metric: str
     a: float | None
     b: float | None
@@ -108,16 +111,38 @@ def _compare_value(
     return fa, fb, rel, worse
 
 
-def _keyed(rows: list[dict[str, Any]]) -> dict[tuple[str, int, int], dict[str, Any]]:
-    """Rows keyed by (group, concurrency, occurrence of that concurrency)."""
-    out: dict[tuple[str, int, int], dict[str, Any]] = {}
-    seen: dict[tuple[str, int], int] = {}
+def _is_rate(row: dict[str, Any]) -> bool:
+    return row.get("mode") == "rate" and not _missing(row.get("rate"))
+
+
+def _kind(rows: list[dict[str, Any]]) -> str:
+    """`rate` when any step is a rate (open-loop) step, else `concurrency` (summaries before
+    1.2 have no `mode`: concurrency)."""
+    return "rate" if any(_is_rate(r) for r in rows if r.get("group") == "step") else "concurrency"
+
+
+_Key = tuple[str, bool, float, int]  # group, rate step?, level, occurrence of that level
+
+
+def _keyed(rows: list[dict[str, Any]]) -> dict[_Key, dict[str, Any]]:
+    """Rows keyed by (group, is a rate step, level, occurrence of that level); the level is
+    the intended rate of a rate step, else the concurrency."""
+    out: dict[_Key, dict[str, Any]] = {}
+    seen: dict[tuple[str, bool, float], int] = {}
     for row in rows:
-        base = (str(row["group"]), int(row["concurrency"]))
+        rate = _is_rate(row)
+        base = (str(row["group"]), rate, float(row["rate"] if rate else row["concurrency"]))
         n = seen.get(base, 0)
         seen[base] = n + 1
         out[(*base, n)] = row
     return out
+
+
+def _label(key: _Key) -> str:
+    group, rate, level, n = key
+    if group == "cold":
+        return "cold"
+    return ("r=" if rate else "c=") + f"{level:g}" + (f"#{n + 1}" if n else "")
 
 
 def compare_summaries(
@@ -132,24 +157,47 @@ def compare_summaries(
     """Compare two lists of summary rows (summary.json `steps`)."""
     _check_thresholds(threshold, error_rate_threshold)
     result = Comparison(run_a, run_b, threshold, error_rate_threshold)
+    kind_a, kind_b = _kind(rows_a), _kind(rows_b)
+    if kind_a != kind_b:
+        result.unmatched = [
+            f"{_label(key)} only in {side}"
+            for side, rows in (("A", rows_a), ("B", rows_b))
+            for key in _keyed(rows)
+        ]
+        result.warnings.append(
+            f"A is a {kind_a} run and B a {kind_b} run: "
+            + ("open-loop (rate) steps and closed-loop (concurrency) steps load a server "
+               "differently, so no step is paired; compare runs of one kind")
+        )  # fmt: skip
+        return result
     a, b = _keyed(rows_a), _keyed(rows_b)
-    for key in sorted(set(a) | set(b), key=lambda k: (k[0] != "cold", k[1], k[2])):
-        group, conc, n = key
-        label = "cold" if group == "cold" else f"c={conc}" + (f"#{n + 1}" if n else "")
+    caps = []
+    for key in sorted(set(a) | set(b), key=lambda k: (k[0] != "cold", k[1], k[2], k[3])):
+        label = _label(key)
         if key not in a or key not in b:
             result.unmatched.append(f"{label} only in {'A' if key in a else 'B'}")
             continue
+        conc = int(a[key]["concurrency"])
+        rate = key[2] if key[1] else None
+        if rate is not None and int(b[key]["concurrency"]) != conc:
+            caps.append(f"{label} (A {conc or 'none'}, B {int(b[key]['concurrency']) or 'none'})")
         for metric in COMPARED:
             va, vb, change, worse = _compare_value(
                 metric, a[key].get(metric), b[key].get(metric), threshold, error_rate_threshold
             )
-            result.changes.append(Change(label, conc, metric, va, vb, change, worse))
+            result.changes.append(Change(label, conc, rate, metric, va, vb, change, worse))
     if result.unmatched:
         result.warnings.append("steps without a partner: " + ", ".join(result.unmatched))
+    if caps:
+        result.warnings.append(
+            "rate steps paired across different caps on requests in flight (--max-concurrency): "
+            + ", ".join(caps)
+        )
     return result
 
 
-def _summary_rows(where: str, slo: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+def _summary_rows(where: str, slo: str | None) -> tuple[list[dict[str, Any]], list[str], str]:
+    """A run's summary rows, warnings and the SLO spec its goodput and verdicts used."""
     path = Path(where)
     summary = path / "summary.json" if path.is_dir() else path
     if summary.is_file() and summary.suffix == ".json":
@@ -159,12 +207,13 @@ def _summary_rows(where: str, slo: str | None) -> tuple[list[dict[str, Any]], li
             raise UsageError(f"{summary} is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict) or doc.get("kind") != SUMMARY_KIND:
             raise UsageError(f"{summary} is not an llmload summary.json")
-        return list(doc.get("steps") or []), list(doc.get("warnings") or [])
+        spec = str((doc.get("slo") or {}).get("spec") or "")
+        return list(doc.get("steps") or []), list(doc.get("warnings") or []), spec
     from analysis.load import load_run
     from analysis.report import summarize_run
 
     report = summarize_run(load_run(where), slo)
-    return report.table.rows, report.warnings
+    return report.table.rows, report.warnings, report.slo.spec
 
 
 def _check_thresholds(threshold: float, error_rate_threshold: float) -> None:
@@ -188,8 +237,8 @@ def compare_runs(
 ) -> Comparison:
     """Compare run B against baseline A (each a RUN_URI or a report directory)."""
     _check_thresholds(threshold, error_rate_threshold)  # before anything is read
-    rows_a, warn_a = _summary_rows(run_a, slo)
-    rows_b, warn_b = _summary_rows(run_b, slo)
+    rows_a, warn_a, slo_a = _summary_rows(run_a, slo)
+    rows_b, warn_b, slo_b = _summary_rows(run_b, slo)
     result = compare_summaries(
         rows_a,
         rows_b,
@@ -198,6 +247,12 @@ def compare_runs(
         threshold=threshold,
         error_rate_threshold=error_rate_threshold,
     )
+    if slo_a != slo_b:  # without --slo each run is judged by its own (report.summarize_run)
+        result.warnings.append(
+            f"A and B were judged by different SLOs (A {slo_a or 'none'!r}, B {slo_b or 'none'!r}): "
+            "their goodput is not comparable; build both reports with one --slo and compare "
+            "the report directories"
+        )
     result.warnings += [f"A: {w}" for w in warn_a] + [f"B: {w}" for w in warn_b]
     return result
 

@@ -20,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.errors import EventDataError, SchemaVersionError, UsageError
@@ -62,8 +64,18 @@ REQUEST_COLUMNS: Final = (
     "events",
     "coalesced_events",
     "worker_stall_ns",
+    "rate",
+    "arrival_index",
+    "intended_ns",
+    "queued_ns",
 )
-"""Columns of `requests` parts that analysis reads (the rest stay on disk)."""
+"""Columns of `requests` parts that analysis reads (the rest stay on disk). Columns a part's
+schema version lacks (1.1: `coalesced_events`, `worker_stall_ns`; 1.2: `rate`,
+`arrival_index`, `intended_ns`, `queued_ns`) read as null: missing, never 0."""
+
+EXACT_INT_COLUMNS: Final = ("arrival_index", "intended_ns", "queued_ns")
+"""Nullable integer request columns kept exact (pandas Int64) rather than float64: an
+`intended_ns` wall-clock time (~1.7e18) would lose ~100 ns in a float, which slip would show."""
 
 CHUNK_COLUMNS: Final = ("request_id", "seq", "offset_ns", "tokens")
 """Columns of `chunks` parts that analysis reads."""
@@ -280,11 +292,22 @@ def _read_part(data: bytes, key: str, schema: pa.Schema, columns: tuple[str, ...
     return table.cast(pa.schema(target).remove_metadata(), safe=True)
 
 
+def _exact_ints(column: pa.ChunkedArray) -> pd.arrays.IntegerArray:
+    """A nullable int64 Arrow column as pandas Int64, every value exact (no float detour)."""
+    values = pc.fill_null(column, 0).to_numpy().astype(np.int64, copy=False)
+    mask = column.is_null().to_numpy(zero_copy_only=False).astype(bool, copy=False)
+    return pd.arrays.IntegerArray(values, mask)
+
+
 def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ...]) -> pd.DataFrame:
-    if not tables:
-        return _empty_frame(schema, columns).to_pandas()
-    table = pa.concat_tables(tables)
-    return table.to_pandas(split_blocks=True, self_destruct=True)
+    table = pa.concat_tables(tables) if tables else _empty_frame(schema, columns)
+    exact = {c: _exact_ints(table[c]) for c in EXACT_INT_COLUMNS if c in columns}
+    if exact:
+        table = table.drop_columns(list(exact))
+    frame = table.to_pandas(split_blocks=True, self_destruct=True)
+    for name in (c for c in columns if c in exact):  # back in place, in column order
+        frame.insert(columns.index(name), name, exact[name])
+    return frame
 
 
 def _refuse_unreadable_requests(run_uri: str, keys: list[str], comp: Completeness) -> None:

@@ -1,16 +1,20 @@
 """The report's plots as SVG text: matplotlib `Figure` objects only, never pyplot's global state.
 
 Each function takes a Report and returns a Plot (id, title, SVG). Missing values are left
-out of lines (never drawn as 0); an empty plot says "no data".
+out of lines (never drawn as 0); an empty plot says "no data". A run with rate (open-loop)
+steps gets latency against its achieved rate and goodput against its intended rate in place
+of the plots against concurrency (a rate step's concurrency is only its cap).
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -41,6 +45,15 @@ def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray:
     return np.array([np.nan if r.get(key) is None else float(r[key]) for r in rows], dtype=float)
 
 
+def group_label(row: dict[str, Any]) -> str:
+    """How a plot names a summary row: `cold`, `c=8` (concurrency), `r=38` (rate)."""
+    if row["group"] == "cold":
+        return "cold"
+    if row.get("mode") == "rate" and row.get("rate") is not None:
+        return f"r={float(row['rate']):g}"
+    return f"c={row['concurrency']}"
+
+
 def _no_data(ax: Axes) -> None:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
 
@@ -60,7 +73,9 @@ def _lines(ax: Axes, x: np.ndarray, series: list[tuple[str, np.ndarray]], scale:
     for label, y in series:
         ok = ~np.isnan(y) & ~np.isnan(x)
         if ok.any():
-            ax.plot(x[ok], y[ok] * scale, marker="o", label=label)
+            # by x: a capacity search runs its levels out of order (bisection)
+            order = np.argsort(x[ok], kind="stable")
+            ax.plot(x[ok][order], y[ok][order] * scale, marker="o", label=label)
             drawn = True
     if drawn:
         ax.legend(fontsize="small")
@@ -68,18 +83,26 @@ def _lines(ax: Axes, x: np.ndarray, series: list[tuple[str, np.ndarray]], scale:
         _no_data(ax)
 
 
-def latency_vs_concurrency(report: Report) -> Plot:
-    rows = report.step_rows
-    conc = _values(rows, "concurrency")
+def _latency_percentiles(rows: list[dict[str, Any]], x: np.ndarray, axis: Callable[[Axes], None],
+                         title: str) -> Figure:  # fmt: skip
+    """TTFT, TPOT and ITL p50/p90/p99 (ms) against `x`, one panel each."""
     fig = Figure(figsize=(12, 3.6), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, metric in zip(axes, ("ttft", "tpot", "itl"), strict=True):
         series = [(p, _values(rows, f"{metric}_{p}_s")) for p in ("p50", "p90", "p99")]
-        _lines(ax, conc, series, 1000)
+        _lines(ax, x, series, 1000)
         ax.set_title(f"{metric.upper()} (ms)")
         ax.set_ylabel("ms")
-        _concurrency_axis(ax, conc)
-    fig.suptitle("Latency percentiles vs concurrency")
+        axis(ax)
+    fig.suptitle(title)
+    return fig
+
+
+def latency_vs_concurrency(report: Report) -> Plot:
+    rows = report.step_rows
+    conc = _values(rows, "concurrency")
+    fig = _latency_percentiles(rows, conc, lambda ax: _concurrency_axis(ax, conc),
+                               "Latency percentiles vs concurrency")  # fmt: skip
     return Plot("plot-latency", "TTFT, TPOT and ITL p50/p90/p99 vs concurrency", _svg(fig))
 
 
@@ -95,10 +118,63 @@ def throughput_vs_concurrency(report: Report) -> Plot:
     return Plot("plot-throughput", "Output tokens/s vs concurrency", _svg(fig))
 
 
-def throughput_vs_latency(report: Report) -> Plot:
+def _rate_axis(ax: Axes, label: str, rates: np.ndarray) -> None:
+    ax.set_xlabel(label)
+    positive = rates[rates > 0]
+    if len(positive) and positive.max() / positive.min() >= 8:
+        ax.set_xscale("log", base=2)
+    ax.grid(True, alpha=0.3)
+
+
+def latency_vs_rate(report: Report) -> Plot:
+    """TTFT, TPOT and ITL percentiles against the rate the generator achieved."""
     rows = report.step_rows
+    achieved = _values(rows, "rate_achieved")
+    axis = lambda ax: _rate_axis(ax, "achieved rate (requests/s sent)", achieved)  # noqa: E731
+    fig = _latency_percentiles(rows, achieved, axis,
+                               "Latency percentiles vs achieved request rate")  # fmt: skip
+    return Plot(
+        "plot-latency-rate", "TTFT, TPOT and ITL p50/p90/p99 vs achieved request rate", _svg(fig)
+    )
+
+
+def goodput_vs_rate(report: Report) -> Plot:
+    """What the server completed (goodput, or requests/s without thresholds) per intended rate,
+    beside what was sent and the line where completions keep up with the rate."""
+    rows = report.step_rows
+    rate = _values(rows, "rate")
+    goodput = _values(rows, "goodput_requests_per_s")
+    has_goodput = bool((~np.isnan(goodput)).any())
+    fig = Figure(figsize=(6, 3.6), layout="constrained")
+    ax = fig.subplots()
+    series = [
+        ("goodput requests/s" if has_goodput else "requests/s completed",
+         goodput if has_goodput else _values(rows, "requests_per_s")),
+        ("achieved (sent) requests/s", _values(rows, "rate_achieved")),
+    ]  # fmt: skip
+    _lines(ax, rate, series, 1)
+    known = rate[~np.isnan(rate)]
+    if len(known):
+        ends = np.array([known.min(), known.max()])
+        ax.plot(ends, ends, linestyle=":", color="gray", label="= intended rate")
+        ax.legend(fontsize="small")
+    ax.set_ylabel("requests/s")
+    _rate_axis(ax, "intended rate (requests/s)", rate)
+    what = "Goodput" if has_goodput else "Completed requests/s"
+    ax.set_title(f"{what} vs intended rate")
+    return Plot("plot-goodput-rate", f"{what} vs intended request rate", _svg(fig))
+
+
+def _level(row: dict[str, Any]) -> float:
+    """A step's load level: its intended rate (rate step) or its concurrency."""
+    rate = row.get("rate") if row.get("mode") == "rate" else None
+    return float(rate) if rate is not None else float(row["concurrency"])
+
+
+def throughput_vs_latency(report: Report) -> Plot:
+    rows = sorted(report.step_rows, key=_level)  # by load, whatever order a search ran them in
     tput = _values(rows, "output_tokens_per_s")
-    conc = _values(rows, "concurrency")
+    labels = np.array([group_label(r) for r in rows], dtype=object)
     fig = Figure(figsize=(12, 3.6), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, key, label in (
@@ -109,8 +185,8 @@ def throughput_vs_latency(report: Report) -> Plot:
         ok = ~np.isnan(tput) & ~np.isnan(lat)
         if ok.any():
             ax.plot(tput[ok], lat[ok], marker="o")
-            for x, y, c in zip(tput[ok], lat[ok], conc[ok], strict=True):
-                ax.annotate(f"c={c:g}", (x, y), textcoords="offset points", xytext=(4, 4))
+            for x, y, label in zip(tput[ok], lat[ok], labels[ok], strict=True):
+                ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4))
         else:
             _no_data(ax)
         ax.set_xlabel("output tokens/s")
@@ -131,7 +207,7 @@ def latency_distributions(report: Report) -> Plot:
             curve = curves.get(metric)
             if curve is None or np.isnan(curve).all():
                 continue
-            label = "cold" if row["group"] == "cold" else f"c={row['concurrency']}"
+            label = group_label(row)
             color = _STEP_COLORS[g % len(_STEP_COLORS)]
             ax.plot(curve * 1000, CURVE_QUANTILES, label=label, color=color, drawstyle="steps-post")
             drawn = True
@@ -147,11 +223,19 @@ def latency_distributions(report: Report) -> Plot:
     return Plot("plot-distributions", "Per-step latency distributions (CDF)", _svg(fig))
 
 
+def sent_requests(report: Report) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The requests that were sent (dropped arrivals never were, so never in flight), with
+    their send and end times on the master's clock (end -1 when unknown)."""
+    per = report.per_request
+    sent_rows = per["status"].to_numpy(str) != "dropped"
+    per = per[sent_rows]
+    sent = aligned_sent_ns(per, report.manifest)  # master clock, like the windows
+    return per, sent, report.table.done_ns[sent_rows]
+
+
 def timeline(report: Report) -> Plot:
     """Requests in flight and errors over wall-clock time, steady windows shaded."""
-    per = report.per_request
-    sent = aligned_sent_ns(per, report.manifest)  # master clock, like the windows
-    done = report.table.done_ns
+    per, sent, done = sent_requests(report)
     fig = Figure(figsize=(12, 4), layout="constrained")
     ax = fig.subplots()
     if len(sent) == 0:
@@ -182,7 +266,7 @@ def timeline(report: Report) -> Plot:
         end = (row["window_end_ns"] - t0) / 1e9
         color = "#999999" if row["group"] == "cold" else "#55a868"
         ax.axvspan(start, end, color=color, alpha=0.12)
-        label = "cold" if row["group"] == "cold" else f"c={row['concurrency']}"
+        label = group_label(row)
         ax.text(start, 1.0, label, transform=ax.get_xaxis_transform(), fontsize="x-small", va="top")
     ax.grid(True, alpha=0.3)
     ax.set_title("Requests in flight (line), errors (bars), steady windows (shaded)")
@@ -245,9 +329,13 @@ def server_metrics(report: Report) -> Plot | None:
 
 
 def all_plots(report: Report) -> list[Plot]:
+    load = (
+        [latency_vs_rate(report), goodput_vs_rate(report)]
+        if report.open_loop
+        else [latency_vs_concurrency(report), throughput_vs_concurrency(report)]
+    )
     plots = [
-        latency_vs_concurrency(report),
-        throughput_vs_concurrency(report),
+        *load,
         throughput_vs_latency(report),
         latency_distributions(report),
         timeline(report),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Final
 
+from analysis.search import level_text, result_line, verdict_text
+
 if TYPE_CHECKING:
     from analysis.report import Report
 
@@ -48,9 +50,38 @@ def slo_label(row: dict[str, Any]) -> str:
     return "pass" if row["slo_pass"] else f"FAIL ({row['slo_failures']})"
 
 
-STEP_TABLE: Final = (
+def count(value: Any) -> str:
+    return MISSING if is_missing(value) else str(value)
+
+
+def rate_cell(value: Any) -> str:
+    """An arrival rate in requests/s: `38`, `0.25`; missing as a dash."""
+    return MISSING if is_missing(value) else f"{float(value):.3g}"
+
+
+def cap_label(row: dict[str, Any]) -> str:
+    """A rate step's `concurrency`: its cap on requests in flight, 0 = none."""
+    if row.get("mode") != "rate":
+        return str(row["concurrency"])
+    return str(row["concurrency"]) if row["concurrency"] else "none"
+
+
+_STEP_HEAD: Final = (
     ("step", step_label),
     ("concurrency", lambda r: str(r["concurrency"])),
+)
+_OPEN_LOOP_HEAD: Final = (
+    ("step", step_label),
+    ("rate req/s", lambda r: rate_cell(r.get("rate"))),
+    ("achieved req/s", lambda r: rate_cell(r.get("rate_achieved"))),
+    ("slip p99 ms", lambda r: num(r.get("slip_p99_ms"), 2)),
+    ("queued", lambda r: count(r.get("requests_queued"))),
+    ("dropped", lambda r: count(r.get("requests_dropped"))),
+    ("max concurrency", cap_label),
+)
+
+STEP_TABLE: Final = (
+    *_STEP_HEAD,
     ("requests", lambda r: str(r["requests"])),
     ("ok", lambda r: str(r["ok"])),
     ("error rate", lambda r: pct(r["error_rate"])),
@@ -69,10 +100,15 @@ STEP_TABLE: Final = (
 )
 """Columns of the human step table: (header, row -> text). summary.csv has every column."""
 
+OPEN_LOOP_STEP_TABLE: Final = (*_OPEN_LOOP_HEAD, *STEP_TABLE[len(_STEP_HEAD) :])
+"""The step table of a run with rate steps: the rate, what was sent, how late, what waited
+or was dropped, and the cap, in place of the concurrency."""
+
 
 def step_table(report: Report) -> tuple[list[str], list[list[str]]]:
-    headers = [h for h, _ in STEP_TABLE]
-    return headers, [[cell(r) for _, cell in STEP_TABLE] for r in report.table.rows]
+    columns = OPEN_LOOP_STEP_TABLE if report.open_loop else STEP_TABLE
+    headers = [h for h, _ in columns]
+    return headers, [[cell(r) for _, cell in columns] for r in report.table.rows]
 
 
 def error_table(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -155,17 +191,27 @@ def slo_lines(report: Report) -> list[str]:
     if not slo:
         return ["no SLO given (use --slo, e.g. ttft_p99=0.5,tpot_p50=0.05,e2e_p99=10,ttft=1)"]
     lines = [f"SLO: `{slo.spec}`"]
+    if report.slo_source == "run":
+        lines[0] += " (the run's own, from its manifest: no --slo was given to the report)"
     if slo.objectives:
         failing = [step_label(r) for r in report.step_rows if r["slo_pass"] is False]
         lines.append(
             "all steps meet the SLO" if not failing else f"steps failing: {', '.join(failing)}"
         )
-        best = report.best_concurrency
-        lines.append(
-            f"highest concurrency meeting the SLO: {best}"
-            if best is not None
-            else "no step meets the SLO"
-        )
+        if report.open_loop:
+            rate = report.best_rate
+            lines.append(
+                f"highest rate meeting the SLO: {level_text('rate', rate)}"
+                if rate is not None
+                else "no rate step meets the SLO"
+            )
+        else:
+            best = report.best_concurrency
+            lines.append(
+                f"highest concurrency meeting the SLO: {best}"
+                if best is not None
+                else "no step meets the SLO"
+            )
     if slo.thresholds:
         lines.append(
             "goodput counts requests meeting every per-request threshold: "
@@ -174,3 +220,51 @@ def slo_lines(report: Report) -> list[str]:
     else:
         lines.append("goodput not computed: give per-request thresholds (e.g. ttft=1,tpot=0.1)")
     return lines
+
+
+def search_lines(report: Report) -> list[str]:
+    """The capacity search in a few lines: its result first (empty: the run had no search)."""
+    search = report.search
+    if search is None:
+        return []
+    precision = f"{search.precision:.0%}" if search.precision is not None else MISSING
+    lines = [
+        result_line(search),
+        f"searched by {search.mode} under the SLO `{search.slo}` (precision {precision}, at "
+        f"least {count(search.min_requests)} requests per probe); status: {search.status}",
+        "live verdicts: what the search decided on (the master's sketches, 1% accuracy, "
+        "warmup included); exact verdicts: the events over each step's steady window",
+    ]
+    differ = [p for p in search.probes if p.passed_exact is not None and p.passed != p.passed_exact]
+    if differ:
+        listed = ", ".join(str(p.step) for p in differ)
+        lines.append(f"live and exact verdicts differ in step(s) {listed} (see the warnings)")
+        best = search.best_exact
+        found = search.result.level if search.result is not None else None
+        if best is None or best.level != found:
+            lines.append(
+                "by the exact verdicts, the highest level meeting the SLO is "
+                + (f"{level_text(search.mode, best.level)} (step {best.step})" if best else "none")
+            )
+    return lines
+
+
+def search_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per probe, in the order the search ran them."""
+    search = report.search
+    if search is None:
+        return [], []
+    headers = ["order", "step", "level", "phase", "live verdict", "exact verdict", "requests"]
+    rows = [
+        [
+            str(p.order),
+            count(p.step),
+            level_text(search.mode, p.level),
+            p.phase,
+            verdict_text(p.passed, p.failures) + (" (few requests)" if p.few_requests else ""),
+            verdict_text(p.passed_exact, p.failures_exact),
+            count(p.requests),
+        ]
+        for p in search.probes
+    ]
+    return headers, rows

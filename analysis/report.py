@@ -1,8 +1,12 @@
-"""The library entry: a run's events in, percentile reports per concurrency step out.
+"""The library entry: a run's events in, percentile reports per step out.
 
     report = build_report("s3://bench/runs/r1", "out/", slo="ttft_p99=0.5,tpot=0.05")
     report.summary            # one row per step (+ the cold group), columns as in docs/reports.md
-    report.slo_failed, report.best_concurrency, report.warnings, report.files
+    report.slo_failed, report.best_concurrency, report.best_rate, report.search
+    report.warnings, report.files
+
+Without an SLO of its own the report judges by the run's (`--slo` recorded in the manifest's
+config), and says so (`slo_source`).
 
 `summarize_run` does the computing without writing anything (compare uses it).
 """
@@ -24,11 +28,12 @@ from analysis.clocks import clock_warnings
 from analysis.errors import UsageError
 from analysis.load import Completeness, RunData, load_run
 from analysis.metrics import compute_request_metrics
+from analysis.search import SearchSummary, summarize_search
 from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
 from analysis.steps import StepTable, aggregate_steps
 
-SUMMARY_SCHEMA_VERSION: Final = "1.1"
+SUMMARY_SCHEMA_VERSION: Final = "1.2"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
 
 SUMMARY_KIND: Final = "llmload.summary"
@@ -50,6 +55,8 @@ class Report:
     warnings: list[str]
     files: dict[str, Path] = field(default_factory=dict)
     server_metrics: ServerMetrics | None = None  # the target's /metrics during the run
+    slo_source: str = "option"  # "option" (given to the report) or "run" (the run's own --slo)
+    search: SearchSummary | None = None  # the run's capacity search, verdicts checked exactly
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -72,9 +79,31 @@ class Report:
         return any(r["slo_pass"] is False for r in self.step_rows)
 
     @property
+    def open_loop(self) -> bool:
+        """The run has rate (open-loop) steps."""
+        return any(r.get("mode") == "rate" for r in self.step_rows)
+
+    @property
     def best_concurrency(self) -> int | None:
-        """The highest concurrency whose step meets every SLO objective (None: none or no SLO)."""
-        passing = [int(r["concurrency"]) for r in self.step_rows if r["slo_pass"] is True]
+        """The highest concurrency whose step meets every SLO objective (None: none or no SLO).
+
+        Concurrency steps only: a rate step's `concurrency` is its cap, not a load level."""
+        passing = [
+            int(r["concurrency"])
+            for r in self.step_rows
+            if r["slo_pass"] is True and r.get("mode") != "rate"
+        ]
+        return max(passing) if passing else None
+
+    @property
+    def best_rate(self) -> float | None:
+        """The highest intended rate (requests/s) whose rate step meets every SLO objective
+        (None: no rate step meets it, no SLO, or a concurrency run)."""
+        passing = [
+            float(r["rate"])
+            for r in self.step_rows
+            if r["slo_pass"] is True and r.get("mode") == "rate" and r.get("rate") is not None
+        ]
         return max(passing) if passing else None
 
     def run_metadata(self) -> dict[str, Any]:
@@ -97,7 +126,10 @@ class Report:
                     **self.slo.to_dict(),
                     "failed": self.slo_failed if self.slo.objectives else None,
                     "best_concurrency": self.best_concurrency,
+                    "best_rate": self.best_rate,
+                    "source": self.slo_source if self.slo else None,
                 },
+                "search": self.search.to_dict() if self.search is not None else None,
                 "warnings": self.warnings,
                 "steps": self.table.rows,
             }
@@ -119,17 +151,44 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def run_slo(manifest: dict[str, Any]) -> str:
+    """The SLO the run itself was given (`--slo`, manifest config `slo`); "" when none."""
+    spec = (manifest.get("config") or {}).get("slo")
+    return spec.strip() if isinstance(spec, str) else ""
+
+
+def _choose_slo(slo: Slo, manifest: dict[str, Any], warnings: list[str]) -> tuple[Slo, str]:
+    """The report's SLO: the one given, else the run's own; and where it came from."""
+    spec = run_slo(manifest)
+    if slo or not spec:
+        return slo, "option"
+    try:
+        return parse_slo(spec), "run"
+    except UsageError as exc:
+        warnings.append(f"the run's own SLO {spec!r} cannot be read ({exc}); give --slo")
+        return slo, "option"
+
+
 def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
-    """Compute the per-request metrics and the per-step summary of a loaded run."""
+    """Compute the per-request metrics and the per-step summary of a loaded run.
+
+    Without an SLO (None or empty) the run's own `--slo` is used when its manifest has one.
+    """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
+    warnings: list[str] = [*run.warnings]
+    slo, slo_source = _choose_slo(slo, run.manifest, warnings)
     metrics = compute_request_metrics(run.requests, run.chunks)
     table = aggregate_steps(run, metrics, slo)
-    warnings = [*run.warnings, *table.warnings]
+    warnings.extend(table.warnings)
     warnings.extend(clock_warnings(run.manifest))
     if run.requests.empty:
         warnings.append("the run holds no request rows: there is nothing to summarise")
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
     report.server_metrics = run.server_metrics
+    report.slo_source = slo_source
+    report.search = summarize_search(run.manifest, table, slo)
+    if report.search is not None:
+        warnings.extend(report.search.warnings)
     if report.simulated:
         warnings.insert(0, "the target was SIMULATED: these numbers are not inference performance")
     return report

@@ -12,6 +12,8 @@ from analysis.present import (
     completeness_lines,
     error_table,
     run_facts,
+    search_lines,
+    search_table,
     slo_lines,
     step_table,
 )
@@ -80,6 +82,13 @@ def render_html(report: Report) -> str:
     if report.warnings:
         parts += ["<h2>Warnings</h2>", _list(report.warnings, "warnings")]
     parts += ["<h2>SLO</h2>", _list([s.replace("`", "") for s in slo_lines(report)])]
+    if report.search is not None:
+        headers, rows = search_table(report)
+        parts += [
+            '<h2 id="capacity-search">Capacity search</h2>',
+            _list([s.replace("`", "") for s in search_lines(report)]),
+            _table(headers, rows, "search") if rows else "",
+        ]
     headers, rows = step_table(report)
     parts += [
         "<h2>Steps</h2>",

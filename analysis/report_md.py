@@ -1,4 +1,4 @@
-"""report.md: the run's facts, SLO verdict, per-step table and warnings, for pull requests."""
+"""report.md: the run's facts, SLO verdict, capacity search, per-step table and warnings."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from analysis.present import (
     completeness_lines,
     error_table,
     run_facts,
+    search_lines,
+    search_table,
     slo_lines,
     step_table,
 )
@@ -30,6 +32,10 @@ def render_markdown(report: Report) -> str:
         out += [f"> **{SIMULATED_BANNER}**", ""]
     out += [md_table(["", ""], [[k, v] for k, v in run_facts(report)]), ""]
     out += ["## SLO", "", *(f"- {line}" for line in slo_lines(report)), ""]
+    if report.search is not None:
+        headers, rows = search_table(report)
+        out += ["## Capacity search", "", *(f"- {line}" for line in search_lines(report)), ""]
+        out += [md_table(headers, rows), ""] if rows else []
     headers, rows = step_table(report)
     out += [
         "## Steps",

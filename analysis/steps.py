@@ -1,9 +1,14 @@
-"""Per-step statistics: one summary row per concurrency step, plus one for the cold-start group.
+"""Per-step statistics: one summary row per step, plus one for the cold-start group.
 
 Which requests count (docs/metrics.md, "Per-step statistics"):
 
 - A step's requests are the non-cold requests tagged with that step whose send time falls in
   the step's steady window; `requests_total` counts every request tagged with the step.
+- Dropped arrivals (status `dropped`, rate steps over their cap with `--over-cap drop`) were
+  never sent: they count in no request total, rate, latency or throughput, only in
+  `requests_dropped` (those dropped inside the window).
+- A rate (open-loop) step also reports its achieved send rate, how late the generator sent
+  (slip = sent_at_ns − intended_ns − queued_ns) and how long arrivals waited for a cap slot.
 - Latency distributions (TTFT, TPOT, ITL per token, ICL, E2E) use the successful ones.
 - Throughput is time-based: output tokens of non-cold requests whose chunk arrived inside the
   window, successful requests (and good requests) that completed inside it, prompt tokens of
@@ -26,6 +31,7 @@ import pandas as pd
 from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
 from analysis.metrics import RequestMetrics, Samples, chunk_request_index
+from analysis.openloop import open_loop_columns, open_loop_warnings, slip_and_queue_ms
 from analysis.schema import ERROR_KINDS
 from analysis.slo import Slo
 from analysis.stats import DistributionSummary, SortedSamples
@@ -80,6 +86,11 @@ PER_REQUEST_COLUMNS: Final = (
     "output_tokens_source",
     "coalesced_events",
     "worker_stall_ns",
+    "rate",
+    "arrival_index",
+    "intended_ns",
+    "queued_ns",
+    "slip_ms",
 )
 """Columns of requests.parquet / requests.csv, in order."""
 
@@ -98,7 +109,14 @@ class StepTable:
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame; integer columns that may be missing are nullable Int64."""
         frame = pd.DataFrame(self.rows)
-        for column in ("step", "good", "window_start_ns", "window_end_ns"):
+        for column in (
+            "step",
+            "good",
+            "window_start_ns",
+            "window_end_ns",
+            "requests_queued",
+            "requests_dropped",
+        ):
             if column in frame:
                 frame[column] = frame[column].astype("Int64")
         if "slo_pass" in frame:
@@ -127,6 +145,9 @@ class _Arrays:
     stall_ns: np.ndarray  # per request: worker_stall_ns, NaN when not measured
     coalesced: np.ndarray  # per request: coalesced_events, NaN when not recorded
     events: np.ndarray  # per request: SSE events received
+    dropped: np.ndarray  # per request: an open-loop arrival dropped at the cap (never sent)
+    slip_ms: np.ndarray  # per sent request: sent − intended − queued, ms; NaN when not open loop
+    queued_ms: np.ndarray  # per sent request: wait for a cap slot, ms; NaN when not open loop
     health: WorkerHealth
 
 
@@ -144,6 +165,8 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
     req = run.requests
     sent = aligned_sent_ns(req, run.manifest)  # on the master's clock, like the windows
     status = req["status"].astype(str).to_numpy()
+    dropped = status == "dropped"
+    slip_ms, queued_ms = slip_and_queue_ms(req, dropped)
     ok = status == "ok"
     reported, requested = _float(req, "prompt_tokens"), _float(req, "prompt_tokens_requested")
     prompt = np.where(np.isnan(reported), requested, reported)
@@ -180,6 +203,9 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         if "coalesced_events" in req
         else np.full(len(req), np.nan),
         events=_float(req, "events") if "events" in req else np.full(len(req), np.nan),
+        dropped=dropped,
+        slip_ms=slip_ms,
+        queued_ms=queued_ms,
         health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
     )
 
@@ -218,25 +244,36 @@ def _group_row(
     members: np.ndarray,
     eligible: np.ndarray,
     curves: dict[str, np.ndarray],
+    mode: str | None = None,
+    rate: float | None = None,
+    dropped_in: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """One summary row. `members`: the group's requests; `eligible`: requests whose output
-    may count towards the group's throughput (non-cold for steps, cold for the cold group).
-    Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES (for plots)."""
+    """One summary row. `tagged`, `members`: the group's sent requests (dropped arrivals
+    excluded), all and those of the window; `eligible`: sent requests whose output may count
+    towards the group's throughput (non-cold for steps, cold for the cold group);
+    `dropped_in`: a rate step's arrivals dropped inside its window. `mode` is None for the
+    cold group. Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES."""
     per = metrics.per_request
     req = run.requests
     latency = members & a.ok
     ok = int(latency.sum())
     failed = int((members & (a.status == "error")).sum())
+    dropped = int(dropped_in.sum()) if mode == "rate" and dropped_in is not None else None
+    open_loop = dropped is not None
     row: dict[str, Any] = {
         "group": group,
         "step": step,
         "concurrency": concurrency,
+        "mode": mode,
+        "rate": rate,
+        "rate_achieved": _rate(float(members.sum()), window) if mode else float("nan"),
         "requests_total": int(tagged.sum()),
         "requests": int(members.sum()),
         "ok": ok,
         "failed": failed,
         "cancelled": int((members & (a.status == "cancelled")).sum()),
         "aborted": int((members & (a.status == "aborted")).sum()),
+        "requests_dropped": dropped,
         "error_rate": failed / (ok + failed) if ok + failed else float("nan"),
     }
     for metric in LATENCY_METRICS:
@@ -291,6 +328,7 @@ def _group_row(
     row["coalesced_events_pct"] = (
         100.0 * float(a.coalesced[counted].sum()) / total_events if total_events else float("nan")
     )
+    row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=open_loop))
     return row
 
 
@@ -354,7 +392,8 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
     req = run.requests
     a = _arrays(run, metrics, slo)
     plans, warnings = plan_steps(run.manifest, req, a.done, a.sent)
-    cold = req["cold"].to_numpy(bool)
+    sent_rows = ~a.dropped  # dropped arrivals were never sent: out of every count but one
+    cold = req["cold"].to_numpy(bool) & sent_rows
     step_col = req["step"].to_numpy(np.int64)
     n = len(req)
     steady = np.zeros(n, dtype=bool)
@@ -386,11 +425,13 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
                 curves=_new(curves),
             )
         )
-    not_cold = ~cold
+    not_cold = ~req["cold"].to_numpy(bool)
     for plan in plans:
-        tagged = not_cold & (step_col == plan.step)
-        members = tagged & plan.window.contains(a.sent) if plan.window else np.zeros(n, bool)
-        steady |= members
+        tagged = not_cold & sent_rows & (step_col == plan.step)
+        in_window = plan.window.contains(a.sent) if plan.window else np.zeros(n, bool)
+        members = tagged & in_window
+        dropped_in = not_cold & a.dropped & (step_col == plan.step) & in_window
+        steady |= members | dropped_in
         windows.append(plan.window)
         populations.append(members)
         rows.append(
@@ -404,13 +445,17 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
                 window=plan.window,
                 tagged=tagged,
                 members=members,
-                eligible=not_cold,
+                eligible=not_cold & sent_rows,
                 curves=_new(curves),
+                mode=plan.mode,
+                rate=plan.rate,
+                dropped_in=dropped_in,
             )
         )
 
     for row, window, population in zip(rows, windows, populations, strict=True):
         warnings.extend(_step_warnings(row))
+        warnings.extend(open_loop_warnings(row))
         name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
@@ -432,6 +477,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         [req.reset_index(drop=True), metrics.per_request.reset_index(drop=True)], axis=1
     )
     per["steady"] = steady
+    per["slip_ms"] = a.slip_ms
     per["good"] = pd.array(a.good, dtype="boolean") if a.good is not None else pd.NA
     per["good"] = per["good"].astype("boolean")
     per = per[list(PER_REQUEST_COLUMNS)]

@@ -1,10 +1,12 @@
-"""Steady-state windows of the concurrency steps, from the manifest's actual step timeline.
+"""Steady-state windows of the steps, from the manifest's actual step timeline.
 
 The steady window of a step is `[spawned_at_ns + warmup_s, ended_at_ns]` (master wall clock,
-both ends included). A step the manifest does not time (hand-made runs, a step missing from
-the timeline, a step that never ended) falls back to the span of its own requests, from the
-first send to the last response end, and says so in a warning. Send times are placed on the
-master's clock first: each worker's measured clock offset is taken off (analysis/clocks.py).
+both ends included). A rate (open-loop) step has no spawn ramp: its `spawned_at_ns` is its
+`started_at_ns`, the start of its arrival schedule, so the same rule holds. A step the
+manifest does not time (hand-made runs, a step missing from the timeline, a step that never
+ended) falls back to the span of its own requests, from the first send to the last response
+end, and says so in a warning. Send times are placed on the master's clock first: each
+worker's measured clock offset is taken off (analysis/clocks.py).
 """
 
 from __future__ import annotations
@@ -38,11 +40,17 @@ class Window:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """One concurrency step: its index, target concurrency and steady window (None: empty)."""
+    """One step: its index, target concurrency (a rate step: its cap, 0 none), steady window
+    (None: empty) and, for a rate (open-loop) step, its intended arrival rate in requests/s."""
 
     step: int
     concurrency: int
     window: Window | None
+    rate: float | None = None  # None: a concurrency (closed-loop) step
+
+    @property
+    def mode(self) -> str:
+        return "concurrency" if self.rate is None else "rate"
 
 
 def request_span(sent_ns: np.ndarray, done_ns: np.ndarray, source: str) -> Window | None:
@@ -58,6 +66,22 @@ def _int(value: Any) -> int | None:
         return None if value is None else int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _rate(entry: dict[str, Any], requests: pd.DataFrame, mine: np.ndarray) -> float | None:
+    """The step's intended rate: the manifest's (schema 1.2), else its requests' `rate`.
+
+    A manifest step without `rate` (a concurrency step, or a run before 1.2) whose requests
+    carry none either is a concurrency step: None.
+    """
+    value = entry.get("rate")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if "rate" not in requests:
+        return None
+    rates = pd.to_numeric(requests["rate"], errors="coerce").to_numpy(np.float64)[mine]
+    rates = rates[~np.isnan(rates)]
+    return float(rates.max()) if len(rates) else None
 
 
 def plan_steps(
@@ -106,7 +130,7 @@ def plan_steps(
             window = request_span(sent[mine], done_ns[mine], "requests")
             if window is not None:
                 fallback.append(step)
-        plans.append(StepPlan(step, concurrency, window))
+        plans.append(StepPlan(step, concurrency, window, _rate(entry, requests, mine)))
     if fallback:
         listed = ", ".join(str(s) for s in fallback)
         warnings.append(

@@ -19,11 +19,14 @@ A search ends with a status:
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Final, Protocol
 
 from analysis.slo import Slo, parse_slo
 from analysis.stats import PERCENTILES
+
+log = logging.getLogger("llmload.search")
 
 MAX_BISECTIONS: Final = 12
 """Bisection probes at most (a precision of 0.05 over a doubling needs 5)."""
@@ -123,6 +126,9 @@ class CapacitySearch(FixedLevels):
             "requests": requests, "few_requests": requests < self.min_requests,
             "failures": failures, "values": values,
         })  # fmt: skip
+        log.info("llmload: capacity search: step %d at %s %s the SLO%s (%d requests)", index,
+                 self._text(level), "met" if passed else "missed",
+                 "" if passed else ": " + "; ".join(failures), requests)  # fmt: skip
         if passed and (self.passed is None or level > self.passed):
             self.passed, self.passed_step = level, index
         if not passed and (self.failed is None or level < self.failed):
@@ -160,7 +166,12 @@ class CapacitySearch(FixedLevels):
     def _end(self, status: str) -> float | None:
         """The search is over: no next level."""
         self.status = status
+        best = "none" if self.passed is None else self._text(self.passed)
+        log.info("llmload: capacity search %s: highest level meeting the SLO: %s", status, best)
         return None
+
+    def _text(self, level: float) -> str:
+        return f"concurrency {level:g}" if self.mode == "concurrency" else f"{level:g} requests/s"
 
     def _level(self, level: float) -> float | int:
         """A level as the manifest gives it: users are whole numbers."""

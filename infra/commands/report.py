@@ -59,9 +59,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"llmload: warning: {warning}", file=sys.stderr)
     if not args.quiet:
         print(md_table(*step_table(report)))
-        if slo.objectives:
-            best = report.best_concurrency
-            print(f"highest concurrency meeting the SLO: {best if best is not None else 'none'}")
+        if report.slo.objectives:  # --slo, or the run's own (a search's)
+            rate_run = any(r.get("mode") == "rate" for r in report.step_rows)
+            best = report.best_rate if rate_run else report.best_concurrency
+            level = "rate (requests/s)" if rate_run else "concurrency"
+            print(f"highest {level} meeting the SLO: {best if best is not None else 'none'}")
         print(f"report written to {out}/ ({', '.join(report.files)})")
     if args.fail_on_slo and report.slo_failed:
         failing = [str(r["step"]) for r in report.step_rows if r["slo_pass"] is False]

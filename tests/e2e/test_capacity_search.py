@@ -63,6 +63,20 @@ def test_a_rate_search_finds_the_engines_saturation_rate(tmp_path: Path) -> None
     assert search["result"]["level"] == pytest.approx(capacity, rel=0.10), search["probes"]
     steps = {s["step"]: s for s in manifest["steps"]}
     assert all(steps[p["step"]]["rate"] == p["level"] for p in search["probes"])
+    # the report: the run's own SLO, exact verdicts beside the live ones, the result's goodput
+    from analysis import build_report
+
+    runs = tmp_path / "runs"
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    report = build_report(str(run_dir), tmp_path / "report", progress=False, html=True)
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["slo"]["source"] == "run" and summary["slo"]["spec"] == SLO
+    found = summary["search"]
+    assert found["result"]["level"] == search["result"]["level"]
+    assert found["result"]["requests_per_s"] > 0
+    assert all(isinstance(p["passed_exact"], bool) for p in found["probes"])
+    assert report.best_rate is not None
+    assert "Capacity search" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_even_the_lowest_level_failing_exits_3(tmp_path: Path) -> None:

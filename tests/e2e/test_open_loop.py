@@ -8,6 +8,7 @@ tests compare what the server received with the schedule the workers were meant 
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,28 @@ def test_slip_is_recorded_for_every_request(poisson: tuple[Any, ...]) -> None:
     assert slip_ms.median() < 10  # a 2-core machine running the server too: loose
 
 
+def test_the_report_gives_the_achieved_rate_and_the_slip(
+    poisson: tuple[Any, ...], tmp_path: Path
+) -> None:
+    from analysis import build_report
+
+    result, requests, manifest, _ = poisson
+    report = build_report(str(result.run_dir()), tmp_path / "report", progress=False, html=True)
+    (row,) = [r for r in report.step_rows if r.get("group") == "step"]
+    assert row["mode"] == "rate" and row["rate"] == RATE
+    sent = requests[(requests["step"] == 0) & (requests["status"] != "dropped")]
+    lo, hi = row["window_start_ns"], row["window_end_ns"]
+    in_window = sent[sent["sent_at_ns"].between(lo, hi)]
+    assert row["rate_achieved"] == pytest.approx(len(in_window) / row["window_s"])
+    slip = sorted(((in_window["sent_at_ns"] - in_window["intended_ns"]) / 1e6).tolist())
+    assert row["slip_max_ms"] == pytest.approx(slip[-1], abs=1e-3)
+    assert 0 <= row["slip_p50_ms"] <= row["slip_p99_ms"] <= row["slip_max_ms"]
+    assert row["requests_dropped"] == 0
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["steps"][0]["slip_p99_ms"] == pytest.approx(row["slip_p99_ms"])
+    assert "plot-latency-rate" in (tmp_path / "report" / "report.html").read_text()
+
+
 def test_gamma_arrivals_have_the_asked_burstiness(tmp_path: Path) -> None:
     _, requests, manifest, truth = _run(tmp_path, "gamma:2")
     (step,) = manifest["steps"]
@@ -102,3 +125,84 @@ def test_gamma_arrivals_have_the_asked_burstiness(tmp_path: Path) -> None:
     gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(times)]
     assert cv(gaps) == pytest.approx(2.0, rel=0.15)
     assert (len(times) - 1) / ((times[-1] - times[0]) / 1e9) == pytest.approx(RATE, rel=0.15)
+
+
+def test_a_worker_that_joins_gets_a_share_at_the_next_step(tmp_path: Path) -> None:
+    """One worker at the start; a second joins during step 0: step 1 is shared by both."""
+    import os
+    import subprocess
+    import threading
+    import time
+
+    from infra.ports import free_port
+    from tests.support.chat import BIN, LOCUSTFILE, start_worker
+
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with start_sim(tmp_path, "--profile", "tiny") as sim:
+        first = start_worker(port, env)
+        late: list[subprocess.Popen[str]] = []
+        timer = threading.Timer(4.0, lambda: late.append(start_worker(port, env)))
+        timer.start()
+        try:
+            master = subprocess.run(
+                [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+                 "--host", sim.url, "--events-uri", str(tmp_path / "runs"),
+                 "--spool-dir", str(tmp_path / "spool"), "--master", "--master-bind-host",
+                 "127.0.0.1", "--master-bind-port", str(port), "--expect-workers", "1",
+                 "--rates", "20,20", "--arrival", "constant", "--step-duration", "8",
+                 "--step-warmup", "1", "--cold-requests", "0", "--workload", "D(16,4)"],
+                capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
+        finally:
+            timer.cancel()
+            for proc in [first, *late]:
+                try:
+                    proc.communicate(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        truth = sim.truth()
+        del time
+    assert master.returncode == 0, master.stderr[-3000:]
+    result = LocustResult(0, "", tmp_path / "runs")
+    requests, _, manifest = result.events()
+    first_step, second_step = manifest["steps"]
+    assert len(first_step["share_workers"]) == 1 and len(second_step["share_workers"]) == 2
+    assert first_step["share_workers"][0] in second_step["share_workers"]
+    rows = requests[requests["step"] == 1]
+    assert rows["worker_id"].nunique() == 2
+    indexes = sorted(rows["arrival_index"])
+    assert indexes == list(range(len(indexes)))  # the new share: nothing lost, nothing twice
+    assert set(rows["request_id"]) <= set(truth)
+
+
+def test_over_the_cap_arrivals_wait_or_are_dropped(tmp_path: Path) -> None:
+    """Requests of about 0.4 s at 20/s need 8 in flight: a cap of 2 makes the rest wait, or drop."""
+    slow = ("--decode-base-ms", "20", "--decode-per-seq-us", "0", "--decode-per-kv-token-ns", "0")
+    outcomes = {}
+    for over_cap in ("drop", "wait"):
+        work = tmp_path / over_cap
+        with start_sim(work, *slow) as sim:
+            result = run_locust(
+                sim.url, work / "runs", "--rates", "20", "--arrival", "constant",
+                "--max-concurrency", "2", "--over-cap", over_cap, "--step-duration", "4",
+                "--step-warmup", "0.5", "--cold-requests", "0", "--workload", "D(16,20)",
+                timeout=90,
+            )  # fmt: skip
+            truth = sim.truth()
+        assert result.returncode == 0, result.output[-3000:]
+        requests, _, _ = result.events()
+        outcomes[over_cap] = (requests, truth)
+    dropped_run, truth = outcomes["drop"]
+    dropped = dropped_run[dropped_run["status"] == "dropped"]
+    sent = dropped_run[dropped_run["status"] != "dropped"]
+    assert len(dropped) > len(sent) > 0  # most arrivals find both slots taken
+    assert not set(dropped["request_id"]) & set(truth)  # a dropped arrival never reached it
+    assert set(sent["request_id"]) <= set(truth)
+    assert dropped["intended_ns"].notna().all() and dropped["end_ns"].isna().all()
+    waited_run, _ = outcomes["wait"]
+    stopped = waited_run[waited_run["status"] == "dropped"]  # still waiting at the end only
+    assert stopped["error_detail"].str.contains("when the run stopped").all()
+    queued = waited_run[waited_run["status"] == "ok"]["queued_ns"]
+    assert (queued > 0).mean() > 0.5  # most waited for a slot
+    assert queued.max() > 1e9  # and the queue grew: 20/s in, about 5/s out

@@ -52,6 +52,15 @@ def unmeasured(source: str | None = "usage") -> dict[str, Any]:
     }  # fmt: skip
 
 
+def closed_loop() -> dict[str, Any]:
+    """The open-loop columns of a group that is not a rate step: missing, never 0."""
+    nan = float("nan")
+    return {
+        "slip_p50_ms": nan, "slip_p99_ms": nan, "slip_max_ms": nan,
+        "requests_queued": None, "queued_p99_ms": nan,
+    }  # fmt: skip
+
+
 def window(start_s: float, end_s: float, source: str = "manifest") -> dict[str, Any]:
     return {
         "window_start_ns": T0_NS + ns(start_s),
@@ -63,8 +72,9 @@ def window(start_s: float, end_s: float, source: str = "manifest") -> dict[str, 
 
 COLD = {
     "group": "cold", "step": None, "concurrency": 1,
+    "mode": None, "rate": None, "rate_achieved": float("nan"),
     "requests_total": 2, "requests": 2, "ok": 2, "failed": 0, "cancelled": 0, "aborted": 0,
-    "error_rate": 0.0,
+    "requests_dropped": None, "error_rate": 0.0,
     **dist("ttft", 0.75, 0.5, 1.0, 1.0),
     **dist("tpot", 0.25, 0.0, 0.5, 0.5),
     **dist("itl", 0.25, 0.0, 0.5, 0.5),
@@ -79,14 +89,17 @@ COLD = {
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 2.0,
     **errors(),
     **unmeasured(),
+    **closed_loop(),
     "slo_pass": None, "slo_failures": "",
 }  # fmt: skip
 
 STEP0 = {
     "group": "step", "step": 0, "concurrency": 1,
+    # five requests sent in the 8 s window
+    "mode": "concurrency", "rate": None, "rate_achieved": 5 / 8,
     # sent 11 (before the window) is not counted; 12, 14, 16, 18 (error), 19.9 are
     "requests_total": 6, "requests": 5, "ok": 4, "failed": 1, "cancelled": 0, "aborted": 0,
-    "error_rate": 0.2,
+    "requests_dropped": None, "error_rate": 0.2,
     # TTFT 0.5, 0.2, 0.3, 0.05
     **dist("ttft", 1.05 / 4, 0.2, 0.5, 0.5),
     # TPOT 0.4/3, 0.2/3, (single token: none), 0.25
@@ -109,13 +122,15 @@ STEP0 = {
     "output_tokens_requested_mean": 56.0, "output_tokens_mean": 2.75,
     **errors(http_5xx=1),
     **unmeasured(),
+    **closed_loop(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
 }  # fmt: skip
 
 STEP1 = {
     "group": "step", "step": 1, "concurrency": 4,
+    "mode": "concurrency", "rate": None, "rate_achieved": 4 / 8,
     "requests_total": 5, "requests": 4, "ok": 2, "failed": 1, "cancelled": 1, "aborted": 0,
-    "error_rate": 1 / 3,
+    "requests_dropped": None, "error_rate": 1 / 3,
     **dist("ttft", 0.1, 0.1, 0.1, 0.1),
     # TPOT 0.2/4, 0.15
     **dist("tpot", 0.1, 0.05, 0.15, 0.15),
@@ -133,13 +148,15 @@ STEP1 = {
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 3.5,
     **errors(stream_error=1, cancelled=1),
     **unmeasured(),
+    **closed_loop(),
     "slo_pass": True, "slo_failures": "",
 }  # fmt: skip
 
 STEP2 = {
     "group": "step", "step": 2, "concurrency": 8,
+    "mode": "concurrency", "rate": None, "rate_achieved": 2 / 10,
     "requests_total": 2, "requests": 2, "ok": 0, "failed": 2, "cancelled": 0, "aborted": 0,
-    "error_rate": 1.0,
+    "requests_dropped": None, "error_rate": 1.0,
     **missing_latencies(),
     # window [30, 40]: step 1's last chunk (30.05) and completion (30.1) land here
     "requests_per_s": 0.1, "output_tokens_per_s": 0.1,
@@ -150,6 +167,7 @@ STEP2 = {
     "output_tokens_requested_mean": float("nan"), "output_tokens_mean": float("nan"),
     **errors(queue_rejected=1, connect=1),
     **unmeasured(None),
+    **closed_loop(),
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
 }  # fmt: skip
@@ -185,7 +203,7 @@ def test_every_summary_column_matches_hand_computed_values(report) -> None:  # t
 
 def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.1" and doc["kind"] == "llmload.summary"
+    assert doc["schema_version"] == "1.2" and doc["kind"] == "llmload.summary"
     assert doc["simulated"] is False
     assert doc["run"]["target"]["model"] == "tiny-llama"
     assert doc["slo"]["best_concurrency"] == 4 and doc["slo"]["failed"] is True

@@ -5,8 +5,15 @@
     run.add_request(step=0, concurrency=2, sent_s=2.0, chunks=[(0.1, 1), (0.3, 2)], end_s=0.35)
     uri = run.write(tmp_path / "events")        # -> "<events-uri>/r1"
 
+Open-loop (rate) steps, schema 1.2:
+
+    run.add_rate_step(0, 5.0, started_s=0, ended_s=3, warmup_s=1, max_concurrency=2)
+    run.add_arrival(step=0, rate=5.0, index=0, intended_s=1.1, slip_s=0.002, chunks=[(0.05, 1)])
+    run.add_arrival(step=0, rate=5.0, index=1, intended_s=1.3, dropped=True)
+
 Times are seconds: `sent_s` from the run's wall-clock origin T0_NS, offsets from the send.
-Written through analysis.storage, so an `s3://` events URI works too.
+Written through analysis.storage, so an `s3://` events URI works too; `write(...,
+schema_version="1.1")` writes parts and a manifest as a 1.1 writer did (no 1.2 columns).
 """
 
 from __future__ import annotations
@@ -31,6 +38,19 @@ from analysis.schema import (
 from analysis.storage import join_uri, open_store
 
 T0_NS = 1_700_000_000_000_000_000
+
+NEWER_COLUMNS = {
+    "1.0": ("coalesced_events", "worker_stall_ns", "rate", "arrival_index", "intended_ns",
+            "queued_ns"),
+    "1.1": ("rate", "arrival_index", "intended_ns", "queued_ns"),
+}  # fmt: skip
+"""Request columns a writer of that schema version did not have."""
+
+
+def as_version(schema: pa.Schema, version: str) -> pa.Schema:
+    """`schema` as a writer of `version` wrote it: newer request columns gone, version stamped."""
+    keep = [f for f in schema if f.name not in NEWER_COLUMNS.get(version, ())]
+    return pa.schema(keep, metadata={b"llmload.schema_version": version.encode()})
 
 
 def ns(seconds: float) -> int:
@@ -78,6 +98,62 @@ class RunBuilder:
                 "warmup_s": warmup_s,
             }
         )
+
+    def add_rate_step(
+        self,
+        step: int,
+        rate: float,
+        *,
+        started_s: float,
+        ended_s: float,
+        warmup_s: float = 0.0,
+        max_concurrency: int = 0,
+        over_cap: str = "wait",
+        arrival: str = "poisson",
+    ) -> None:
+        """An open-loop step as the master records it: no spawn ramp, `concurrency` = the cap."""
+        self.add_step(step, max_concurrency, started_s=started_s, spawned_s=started_s,
+                      ended_s=ended_s, warmup_s=warmup_s)  # fmt: skip
+        self.steps[-1].update(rate=rate, arrival=arrival, max_concurrency=max_concurrency,
+                              over_cap=over_cap, share_workers=list(self.workers))  # fmt: skip
+
+    def add_arrival(
+        self,
+        *,
+        step: int,
+        rate: float,
+        index: int,
+        intended_s: float,
+        slip_s: float = 0.0,
+        queued_s: float = 0.0,
+        max_concurrency: int = 0,
+        dropped: bool = False,
+        chunks: list[tuple[float, int]] = (),  # type: ignore[assignment]
+        **extra: Any,
+    ) -> str:
+        """One arrival of a rate step: sent at intended + queued + slip (exact ns), or dropped
+        (status `dropped`, sent_at_ns = the drop time, no response times)."""
+        intended_ns = T0_NS + ns(intended_s)
+        columns: dict[str, Any] = {
+            "rate": rate,
+            "arrival_index": index,
+            "intended_ns": intended_ns,
+            "queued_ns": ns(queued_s),
+            "sent_at_ns": intended_ns + ns(queued_s) + ns(slip_s),
+        }
+        if dropped:
+            columns.update(
+                headers_ns=None, end_ns=None, http_status=None, events=0, output_tokens=None,
+                error_detail=None,
+            )  # fmt: skip
+            return self.add_request(
+                sent_s=intended_s, step=step, concurrency=max_concurrency, status="dropped",
+                **columns, **extra,
+            )  # fmt: skip
+        return self.add_request(
+            sent_s=intended_s, step=step, concurrency=max_concurrency, chunks=chunks,
+            **columns, **extra,
+        )  # fmt: skip
 
     def add_request(
         self,
@@ -171,10 +247,10 @@ class RunBuilder:
              "length_ns": ns(length_s)}
         )  # fmt: skip
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self, schema_version: str = SCHEMA_VERSION) -> dict[str, Any]:
         cold = [r for r in self.requests if r["cold"]]
         return {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": schema_version,
             "kind": "llmload.manifest",
             "run_id": self.run_id,
             "status": "finished",
@@ -206,20 +282,29 @@ class RunBuilder:
         parts_per_worker: int = 1,
         manifest: bool = True,
         index: bool = True,
+        schema_version: str = SCHEMA_VERSION,
     ) -> str:
-        """Write parts (requests split round-robin into parts), manifest and indexes."""
+        """Write parts (requests split round-robin into parts), manifest and indexes.
+
+        `schema_version` older than the current one writes parts without the request columns
+        that version lacked (their values are dropped), stamped with that version."""
         run_uri = join_uri(str(events_uri), self.run_id)
         store = open_store(run_uri)
+        requests_schema = as_version(REQUESTS_SCHEMA, schema_version)
+        chunks_schema = as_version(CHUNKS_SCHEMA, schema_version)
         for worker in self.workers:
             parts: dict[str, int] = {}
             mine = [r for r in self.requests if r["worker_id"] == worker]
             for seq in range(parts_per_worker):
-                reqs = mine[seq::parts_per_worker]
+                reqs = [
+                    {k: v for k, v in r.items() if k in requests_schema.names}
+                    for r in mine[seq::parts_per_worker]
+                ]
                 ids = {r["request_id"] for r in reqs}
                 chunks = [c for c in self.chunks if c["request_id"] in ids]
                 for table, rows, schema in (
-                    ("requests", reqs, REQUESTS_SCHEMA),
-                    ("chunks", chunks, CHUNKS_SCHEMA),
+                    ("requests", reqs, requests_schema),
+                    ("chunks", chunks, chunks_schema),
                 ):
                     key = part_key(table, worker, seq)
                     store.put(key, _parquet(rows, schema))
@@ -237,7 +322,7 @@ class RunBuilder:
                     self.keys.append(key)
             if index:
                 doc = {
-                    "schema_version": SCHEMA_VERSION,
+                    "schema_version": schema_version,
                     "run_id": self.run_id,
                     "worker_id": worker,
                     "final": True,
@@ -249,7 +334,8 @@ class RunBuilder:
                 }
                 store.put(f"index/worker={worker}.json", json.dumps(doc).encode())
         if manifest:
-            store.put("manifest.json", json.dumps(self.manifest()).encode(), overwrite=True)
+            doc = self.manifest(schema_version)
+            store.put("manifest.json", json.dumps(doc).encode(), overwrite=True)
         return run_uri
 
 

@@ -89,7 +89,7 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     doc = json.loads(raw)
     assert set(doc) == {
         "schema_version", "kind", "run_id", "status", "created_at", "ended_at", "target",
-        "config", "versions", "hosts", "workers", "steps", "cold_start", "probes",
+        "config", "versions", "hosts", "workers", "steps", "cold_start", "probes", "search",
     }  # fmt: skip
     assert doc["schema_version"] == SCHEMA_VERSION and doc["kind"] == "llmload.manifest"
     assert doc["status"] == "finished" and doc["ended_at"].endswith("Z")
@@ -107,8 +107,10 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
                               "http_status": 422, "outcome": "http 422", "worker_id": "h-2-b"}]  # fmt: skip
     assert doc["steps"][0] == {
         "step": 0, "concurrency": 8, "started_at_ns": 1, "spawned_at_ns": 2,
-        "ended_at_ns": 3, "warmup_s": 1.5,
+        "ended_at_ns": 3, "warmup_s": 1.5, "rate": None, "arrival": None,
+        "max_concurrency": None, "over_cap": None, "share_workers": None,
     }  # fmt: skip
+    assert doc["search"] is None  # no capacity search
     assert "h" in doc["hosts"]
     assert not list(tmp_path.rglob(".tmp-*"))
 
