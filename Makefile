@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 ENGINE_VENV  := .venv-engine
 ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
 
-.PHONY: setup test test-min test-engine lint format demo bench clean
+.PHONY: setup test test-slow test-min test-engine lint format demo bench clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml infra/setup_system.sh
 
 test: setup
 	$(BIN)/python -m pytest -m "not slow and not engine" $(PYTEST_ARGS)
+
+# Long end-to-end suites (capacity searches, workers joining, long arrival schedules).
+test-slow: setup
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 # Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed.
 test-min:

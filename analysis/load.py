@@ -32,6 +32,7 @@ from analysis.schema import (
     MANIFEST_NAME,
     REQUESTS_SCHEMA,
     SAMPLES_SCHEMA,
+    SESSION_COLUMNS_1_3,
     STALLS_SCHEMA,
     check_version,
     version_of,
@@ -68,14 +69,28 @@ REQUEST_COLUMNS: Final = (
     "arrival_index",
     "intended_ns",
     "queued_ns",
+    *SESSION_COLUMNS_1_3,
 )
 """Columns of `requests` parts that analysis reads (the rest stay on disk). Columns a part's
 schema version lacks (1.1: `coalesced_events`, `worker_stall_ns`; 1.2: `rate`,
-`arrival_index`, `intended_ns`, `queued_ns`) read as null: missing, never 0."""
+`arrival_index`, `intended_ns`, `queued_ns`; 1.3: `session_id` ... `history_tokens`) read as
+null: missing, never 0."""
 
-EXACT_INT_COLUMNS: Final = ("arrival_index", "intended_ns", "queued_ns")
-"""Nullable integer request columns kept exact (pandas Int64) rather than float64: an
-`intended_ns` wall-clock time (~1.7e18) would lose ~100 ns in a float, which slip would show."""
+EXACT_INT_COLUMNS: Final = (
+    "arrival_index",
+    "intended_ns",
+    "queued_ns",
+    "turn",
+    "session_turns",
+    "wait_ns",
+    "tool_calls",
+    "cached_tokens",
+    "history_tokens",
+)
+"""Nullable integer request columns kept exact as pandas nullable integers (Int64, Int32 for
+int32 columns) rather than float64: an `intended_ns` wall-clock time (~1.7e18) would lose
+~100 ns in a float, which slip would show; a turn index or token count stays an integer in
+requests.csv and requests.parquet."""
 
 CHUNK_COLUMNS: Final = ("request_id", "seq", "offset_ns", "tokens")
 """Columns of `chunks` parts that analysis reads."""
@@ -293,8 +308,10 @@ def _read_part(data: bytes, key: str, schema: pa.Schema, columns: tuple[str, ...
 
 
 def _exact_ints(column: pa.ChunkedArray) -> pd.arrays.IntegerArray:
-    """A nullable int64 Arrow column as pandas Int64, every value exact (no float detour)."""
-    values = pc.fill_null(column, 0).to_numpy().astype(np.int64, copy=False)
+    """A nullable integer Arrow column as pandas Int64 (Int32 for int32), every value exact
+    (no float detour)."""
+    dtype = np.int32 if column.type == pa.int32() else np.int64
+    values = pc.fill_null(column, 0).to_numpy().astype(dtype, copy=False)
     mask = column.is_null().to_numpy(zero_copy_only=False).astype(bool, copy=False)
     return pd.arrays.IntegerArray(values, mask)
 

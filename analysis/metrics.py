@@ -3,7 +3,8 @@
 Definitions (client view; docs/metrics.md has the formulas and the handbook's worked example):
 
 - TTFE  = first event − send        (any SSE event, possibly a role-only chunk)
-- TTFT  = first token − send        (first event carrying content or reasoning content)
+- TTFT  = first token − send        (first event carrying content, reasoning content or
+          tool-call arguments: every chunk kind is output, none is filtered out)
 - E2E   = end of response − send
 - TPOT  = (last token − first token) / (output tokens − 1); missing for a single token
 - ITL   = per-token inter-token latency: a chunk of k tokens arriving Δ after the previous

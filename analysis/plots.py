@@ -3,7 +3,8 @@
 Each function takes a Report and returns a Plot (id, title, SVG). Missing values are left
 out of lines (never drawn as 0); an empty plot says "no data". A run with rate (open-loop)
 steps gets latency against its achieved rate and goodput against its intended rate in place
-of the plots against concurrency (a rate step's concurrency is only its cap).
+of the plots against concurrency (a rate step's concurrency is only its cap). A run with
+sessions also gets TTFT and the cached-token share by turn index.
 """
 
 from __future__ import annotations
@@ -328,6 +329,31 @@ def server_metrics(report: Report) -> Plot | None:
     return Plot("plot-server-metrics", title, _svg(fig))
 
 
+def by_turn(report: Report) -> Plot | None:
+    """TTFT p50/p99 and the cached share of prompt tokens by turn index: how the history a
+    session resends, and the server's prefix cache, shape its later turns. None without
+    sessions."""
+    rows = report.turns
+    if report.sessions is None or not rows:
+        return None
+    turn = _values(rows, "turn")
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    ax_ttft, ax_cache = fig.subplots(1, 2)
+    _lines(ax_ttft, turn, [(p, _values(rows, f"ttft_{p}_s")) for p in ("p50", "p99")], 1000)
+    ax_ttft.set_title("TTFT (ms)")
+    ax_ttft.set_ylabel("ms")
+    _lines(ax_cache, turn, [("cached / prompt tokens", _values(rows, "cache_hit_pct"))], 1)
+    ax_cache.set_title("Cached prompt tokens (%)")
+    ax_cache.set_ylabel("%")
+    ax_cache.set_ylim(0, 100)
+    for ax in (ax_ttft, ax_cache):
+        ax.set_xlabel("turn index (0 = first request of a session)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("By turn index: TTFT and the server's prefix-cache hits")
+    return Plot("plot-turns", "TTFT p50/p99 and cached-token share by turn index", _svg(fig))
+
+
 def all_plots(report: Report) -> list[Plot]:
     load = (
         [latency_vs_rate(report), goodput_vs_rate(report)]
@@ -340,5 +366,5 @@ def all_plots(report: Report) -> list[Plot]:
         latency_distributions(report),
         timeline(report),
     ]
-    extra = server_metrics(report)
-    return plots if extra is None else [*plots, extra]
+    extras = (by_turn(report), server_metrics(report))
+    return [*plots, *(p for p in extras if p is not None)]

@@ -40,6 +40,11 @@ def pct(value: Any) -> str:
     return MISSING if is_missing(value) else f"{float(value):.1%}"
 
 
+def percent(value: Any) -> str:
+    """A value already in percent (0-100): `30.3%`; missing as a dash."""
+    return MISSING if is_missing(value) else f"{float(value):.1f}%"
+
+
 def step_label(row: dict[str, Any]) -> str:
     return "cold" if row["group"] == "cold" else str(row["step"])
 
@@ -109,6 +114,53 @@ def step_table(report: Report) -> tuple[list[str], list[list[str]]]:
     columns = OPEN_LOOP_STEP_TABLE if report.open_loop else STEP_TABLE
     headers = [h for h, _ in columns]
     return headers, [[cell(r) for _, cell in columns] for r in report.table.rows]
+
+
+SESSION_TABLE: Final = (
+    ("step", step_label),
+    ("sessions", lambda r: count(r.get("sessions"))),
+    ("complete", lambda r: count(r.get("sessions_complete"))),
+    ("error", lambda r: count(r.get("sessions_error"))),
+    ("cut", lambda r: count(r.get("sessions_cut"))),
+    ("turns mean", lambda r: num(r.get("session_turns_mean"), 2)),
+    ("session E2E p50 s", lambda r: num(r.get("session_e2e_p50_s"), 2)),
+    ("session E2E p99 s", lambda r: num(r.get("session_e2e_p99_s"), 2)),
+    ("tool wait mean s", lambda r: num(r.get("tool_wait_s_mean"), 2)),
+    ("think mean s", lambda r: num(r.get("think_s_mean"), 2)),
+    ("cached tokens", lambda r: percent(r.get("cached_tokens_pct"))),
+)
+"""Per-step session columns (runs with sessions): sessions by the step of their first turn."""
+
+TURN_TABLE: Final = (
+    ("turn", lambda r: str(r["turn"])),
+    ("requests", lambda r: str(r["requests"])),
+    ("TTFT p50 ms", lambda r: ms(r["ttft_p50_s"])),
+    ("TTFT p99 ms", lambda r: ms(r["ttft_p99_s"])),
+    ("prompt tokens mean", lambda r: num(r["prompt_tokens_mean"])),
+    ("cached tokens mean", lambda r: num(r["cached_tokens_mean"])),
+    ("cache hit", lambda r: percent(r["cache_hit_pct"])),
+)
+"""The by-turn table (summary.json `turns`)."""
+
+
+def session_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Session columns per step; no rows when the run has no sessions."""
+    if report.sessions is None:
+        return [h for h, _ in SESSION_TABLE], []
+    rows = [r for r in report.table.rows if r["group"] == "step" or r.get("sessions")]
+    return [h for h, _ in SESSION_TABLE], [[cell(r) for _, cell in SESSION_TABLE] for r in rows]
+
+
+def turn_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """One row per turn index; no rows when the run has no sessions."""
+    return [h for h, _ in TURN_TABLE], [[cell(r) for _, cell in TURN_TABLE] for r in report.turns]
+
+
+SESSIONS_NOTE: Final = (
+    "Sessions count in the step of their first turn; turns, session E2E and waits over the "
+    "complete ones; cached tokens over the step's successful requests that reported them. "
+    "By turn: the steady requests of every step. One row per session: sessions.csv."
+)
 
 
 def error_table(report: Report) -> tuple[list[str], list[list[str]]]:

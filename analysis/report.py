@@ -2,6 +2,7 @@
 
     report = build_report("s3://bench/runs/r1", "out/", slo="ttft_p99=0.5,tpot=0.05")
     report.summary            # one row per step (+ the cold group), columns as in docs/reports.md
+    report.sessions           # one row per session (None: the run has no sessions)
     report.slo_failed, report.best_concurrency, report.best_rate, report.search
     report.warnings, report.files
 
@@ -33,7 +34,7 @@ from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
 from analysis.steps import StepTable, aggregate_steps
 
-SUMMARY_SCHEMA_VERSION: Final = "1.2"
+SUMMARY_SCHEMA_VERSION: Final = "1.3"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
 
 SUMMARY_KIND: Final = "llmload.summary"
@@ -65,6 +66,16 @@ class Report:
     @property
     def per_request(self) -> pd.DataFrame:
         return self.table.per_request
+
+    @property
+    def sessions(self) -> pd.DataFrame | None:
+        """One row per session (sessions.csv); None when the run has no sessions."""
+        return self.table.sessions.frame if self.table.sessions is not None else None
+
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        """The by-turn table (summary.json `turns`); empty when the run has no sessions."""
+        return self.table.turns
 
     @property
     def simulated(self) -> bool:
@@ -112,7 +123,8 @@ class Report:
         return meta
 
     def to_json(self) -> dict[str, Any]:
-        """summary.json: schema version, run metadata, completeness, SLO, warnings, steps."""
+        """summary.json: schema version, run metadata, completeness, SLO, warnings, steps,
+        turns."""
         return jsonable(
             {
                 "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -132,6 +144,7 @@ class Report:
                 "search": self.search.to_dict() if self.search is not None else None,
                 "warnings": self.warnings,
                 "steps": self.table.rows,
+                "turns": self.table.turns,
             }
         )
 
@@ -195,7 +208,8 @@ def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
 
 
 def write_tables(report: Report, out_dir: Path) -> dict[str, Path]:
-    """requests.parquet, requests.csv, summary.csv, summary.json."""
+    """requests.parquet, requests.csv, summary.csv, summary.json; sessions.parquet and
+    sessions.csv when the run has sessions."""
     files = {
         "requests.parquet": out_dir / "requests.parquet",
         "requests.csv": out_dir / "requests.csv",
@@ -206,6 +220,12 @@ def write_tables(report: Report, out_dir: Path) -> dict[str, Path]:
     pq.write_table(table, files["requests.parquet"])
     pacsv.write_csv(table, files["requests.csv"])
     report.summary.to_csv(files["summary.csv"], index=False, na_rep="")
+    if report.sessions is not None:
+        files["sessions.parquet"] = out_dir / "sessions.parquet"
+        files["sessions.csv"] = out_dir / "sessions.csv"
+        sessions = pa.Table.from_pandas(report.sessions, preserve_index=False)
+        pq.write_table(sessions, files["sessions.parquet"])
+        pacsv.write_csv(sessions, files["sessions.csv"])
     text = json.dumps(report.to_json(), indent=2, allow_nan=False)
     files["summary.json"].write_text(text + "\n", encoding="utf-8")
     return files

@@ -8,14 +8,17 @@ from typing import TYPE_CHECKING
 
 from analysis.plots import Plot, all_plots
 from analysis.present import (
+    SESSIONS_NOTE,
     SIMULATED_BANNER,
     completeness_lines,
     error_table,
     run_facts,
     search_lines,
     search_table,
+    session_table,
     slo_lines,
     step_table,
+    turn_table,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +98,18 @@ def render_html(report: Report) -> str:
         "<p>Latencies over successful requests sent in each step's steady window; ITL weights "
         "every token; throughput over the window. Every column is in summary.csv.</p>",
         _table(headers, rows, "steps"),
+    ]
+    headers, rows = session_table(report)
+    if rows:
+        turn_headers, turn_rows = turn_table(report)
+        parts += [
+            '<h2 id="sessions">Sessions</h2>',
+            f"<p>{escape(SESSIONS_NOTE)}</p>",
+            _table(headers, rows, "sessions"),
+            '<h3 id="turns">By turn</h3>',
+            _table(turn_headers, turn_rows, "turns"),
+        ]
+    parts += [
         "<h2>Plots</h2>",
         *(_figure(p) for p in all_plots(report)),
     ]

@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analysis.present import (
+    SESSIONS_NOTE,
     SIMULATED_BANNER,
     completeness_lines,
     error_table,
     run_facts,
     search_lines,
     search_table,
+    session_table,
     slo_lines,
     step_table,
+    turn_table,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +49,11 @@ def render_markdown(report: Report) -> str:
         md_table(headers, rows),
         "",
     ]
+    headers, rows = session_table(report)
+    if rows:
+        turn_headers, turn_rows = turn_table(report)
+        out += ["## Sessions", "", SESSIONS_NOTE, "", md_table(headers, rows), ""]
+        out += ["### By turn", "", md_table(turn_headers, turn_rows), ""]
     headers, rows = error_table(report)
     if rows:
         out += ["## Errors by kind", "", md_table(headers, rows), ""]

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from analysis.errors import SchemaVersionError
 
-SCHEMA_VERSION: Final = "1.2"
+SCHEMA_VERSION: Final = "1.3"
 """major.minor: readers accept any minor of a major they know and refuse other majors."""
 
 SUPPORTED_MAJORS: Final = frozenset({1})
@@ -23,7 +23,10 @@ STATUSES: Final = ("ok", "error", "cancelled", "aborted", "dropped")
 """`dropped` (1.2): an open-loop arrival not sent because `--max-concurrency` requests were in
 flight and `--over-cap drop` was chosen; it has no response times."""
 TOKEN_SOURCES: Final = ("usage", "tokenizer", "events")
-CHUNK_KINDS: Final = ("content", "reasoning")
+TURN_KINDS: Final = ("user", "tool_result")
+"""1.3: a session's turn is a new user message, or the result of the previous turn's tool call."""
+CHUNK_KINDS: Final = ("content", "reasoning", "tool_call")
+"""`tool_call` (1.3): a streamed tool-call delta (its function arguments): output like content."""
 
 # Error kinds a request row may carry (error_kind column). Documented in docs/events.md.
 ERROR_KINDS: Final = (
@@ -55,6 +58,18 @@ _KEYS = [
 def _with_version(fields: list[pa.Field]) -> pa.Schema:
     return pa.schema(fields, metadata={METADATA_KEY: SCHEMA_VERSION.encode()})
 
+
+SESSION_COLUMNS_1_3: Final = (
+    "session_id",
+    "turn",
+    "session_turns",
+    "turn_kind",
+    "wait_ns",
+    "tool_calls",
+    "cached_tokens",
+    "history_tokens",
+)
+"""1.3: the request columns of multi-turn sessions and agent tool rounds (below)."""
 
 REQUESTS_SCHEMA: Final = _with_version(
     [
@@ -95,6 +110,15 @@ REQUESTS_SCHEMA: Final = _with_version(
         pa.field("arrival_index", pa.int64()),
         pa.field("intended_ns", pa.int64()),
         pa.field("queued_ns", pa.int64()),
+        # 1.3: multi-turn sessions and agent tool rounds; null for single requests
+        pa.field("session_id", pa.string()),
+        pa.field("turn", pa.int32()),
+        pa.field("session_turns", pa.int32()),
+        pa.field("turn_kind", pa.string()),
+        pa.field("wait_ns", pa.int64()),
+        pa.field("tool_calls", pa.int32()),
+        pa.field("cached_tokens", pa.int32()),
+        pa.field("history_tokens", pa.int32()),
     ]
 )
 

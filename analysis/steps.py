@@ -7,7 +7,8 @@ Which requests count (docs/metrics.md, "Per-step statistics"):
 - Dropped arrivals (status `dropped`, rate steps over their cap with `--over-cap drop`) were
   never sent: they count in no request total, rate, latency or throughput, only in
   `requests_dropped` (those dropped inside the window).
-- A rate (open-loop) step also reports its achieved send rate, how late the generator sent
+- A rate (open-loop) step also reports its achieved send rate (arrivals: a session's later
+  turns are not arrivals), how late the generator sent
   (slip = sent_at_ns − intended_ns − queued_ns) and how long arrivals waited for a cap slot.
 - Latency distributions (TTFT, TPOT, ITL per token, ICL, E2E) use the successful ones.
 - Throughput is time-based: output tokens of non-cold requests whose chunk arrived inside the
@@ -15,6 +16,7 @@ Which requests count (docs/metrics.md, "Per-step statistics"):
   requests whose first token arrived inside it — each over the window's length.
 - The cold group holds the cold requests, over the span from their first send to their last
   response end.
+- Sessions (schema 1.3, analysis/sessions.py) count in the group of their first turn.
 
 Every distribution comes from the merged rows of all workers: nothing is averaged across
 workers. No data gives NaN (None in JSON), never 0.
@@ -32,7 +34,16 @@ from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
 from analysis.metrics import RequestMetrics, Samples, chunk_request_index
 from analysis.openloop import open_loop_columns, open_loop_warnings, slip_and_queue_ms
-from analysis.schema import ERROR_KINDS
+from analysis.schema import ERROR_KINDS, SESSION_COLUMNS_1_3
+from analysis.sessions import (
+    SessionTable,
+    cached_tokens_pct,
+    cached_tokens_warning,
+    first_turns,
+    session_columns,
+    turn_rows,
+    without_history,
+)
 from analysis.slo import Slo
 from analysis.stats import DistributionSummary, SortedSamples
 from analysis.windows import Window, plan_steps, request_span
@@ -55,7 +66,13 @@ PROMPT_OFFSET_FROM: Final = 32
 
 PROMPT_OFFSET_MAX: Final = 1.0
 """A step whose prompts (of PROMPT_OFFSET_FROM tokens or more) came out further off the
-requested length than this, on average over its successful requests, earns a warning."""
+requested length than this, on average over its successful requests, earns a warning.
+Only prompts without history count (the first turn of a session, or a single request): a
+later turn's server count includes the earlier turns it resends."""
+
+REPLAYED_PROMPTS: Final = ("dataset:", "conversations:")
+"""Scenarios whose prompt lengths llmload did not build (a file's texts, counted without
+the chat template): left out of the prompt-length offset."""
 
 PER_REQUEST_COLUMNS: Final = (
     "request_id",
@@ -91,6 +108,7 @@ PER_REQUEST_COLUMNS: Final = (
     "intended_ns",
     "queued_ns",
     "slip_ms",
+    *SESSION_COLUMNS_1_3,
 )
 """Columns of requests.parquet / requests.csv, in order."""
 
@@ -104,6 +122,12 @@ class StepTable:
     done_ns: np.ndarray  # per request: wall-clock end of the response, -1 when unknown
     curves: list[dict[str, np.ndarray]]  # per row: metric -> quantiles at CURVE_QUANTILES
     warnings: list[str] = field(default_factory=list)
+    sessions: SessionTable | None = None  # one row per session; None: the run has none
+    turns: list[dict[str, Any]] = field(default_factory=list)  # the by-turn table
+
+    @property
+    def has_sessions(self) -> bool:
+        return self.sessions is not None
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -116,6 +140,10 @@ class StepTable:
             "window_end_ns",
             "requests_queued",
             "requests_dropped",
+            "sessions",
+            "sessions_complete",
+            "sessions_error",
+            "sessions_cut",
         ):
             if column in frame:
                 frame[column] = frame[column].astype("Int64")
@@ -136,7 +164,8 @@ class _Arrays:
     error_kind: np.ndarray
     prompt_for_rate: np.ndarray
     prompt_requested: np.ndarray  # per request: prompt_tokens_requested, NaN when unknown
-    prompt_offset: np.ndarray  # prompt_tokens - prompt_tokens_requested, NaN when unknown
+    prompt_offset: np.ndarray  # prompt_tokens - prompt_tokens_requested (prompts without
+    # history that llmload built), NaN otherwise
     good: np.ndarray | None
     chunk_request: np.ndarray
     chunk_at: np.ndarray
@@ -146,9 +175,12 @@ class _Arrays:
     coalesced: np.ndarray  # per request: coalesced_events, NaN when not recorded
     events: np.ndarray  # per request: SSE events received
     dropped: np.ndarray  # per request: an open-loop arrival dropped at the cap (never sent)
+    arrival: np.ndarray  # per request: it is an arrival (a single request or a session's
+    # first turn), not a later turn of a session
     slip_ms: np.ndarray  # per sent request: sent − intended − queued, ms; NaN when not open loop
     queued_ms: np.ndarray  # per sent request: wait for a cap slot, ms; NaN when not open loop
     health: WorkerHealth
+    sessions: SessionTable | None  # the run's sessions (schema 1.3), None without
 
 
 def _float(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -169,7 +201,10 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
     slip_ms, queued_ms = slip_and_queue_ms(req, dropped)
     ok = status == "ok"
     reported, requested = _float(req, "prompt_tokens"), _float(req, "prompt_tokens_requested")
-    prompt = np.where(np.isnan(reported), requested, reported)
+    history = _float(req, "history_tokens") if "history_tokens" in req else np.zeros(len(req))
+    # without the server's count: the new tokens of the turn plus the history it resent
+    prompt = np.where(np.isnan(reported), requested + np.nan_to_num(history), reported)
+    built = ~req["scenario"].astype(str).str.startswith(REPLAYED_PROMPTS).to_numpy()
     chunk_request = chunk_request_index(req["request_id"], run.chunks["request_id"])
     known = chunk_request >= 0
     chunk_request = chunk_request[known]
@@ -183,12 +218,9 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         error_kind=req["error_kind"].to_numpy(object),
         prompt_for_rate=prompt,
         prompt_requested=requested,
-        # prompts llmload built; a dataset's lengths never counted the chat template
-        prompt_offset=np.where(
-            req["scenario"].astype(str).str.startswith("dataset:").to_numpy(),
-            np.nan,
-            reported - requested,
-        ),
+        # prompts llmload built, without history: a file's lengths never counted the chat
+        # template, and a later turn's server count includes the turns it resends
+        prompt_offset=np.where(built & without_history(req), reported - requested, np.nan),
         good=slo.good(metrics.per_request, ok),
         chunk_request=chunk_request,
         chunk_at=sent[chunk_request] + offsets,
@@ -204,9 +236,11 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         else np.full(len(req), np.nan),
         events=_float(req, "events") if "events" in req else np.full(len(req), np.nan),
         dropped=dropped,
+        arrival=first_turns(req),
         slip_ms=slip_ms,
         queued_ms=queued_ms,
         health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
+        sessions=SessionTable.of(req, metrics.per_request["e2e_s"].to_numpy(np.float64)),
     )
 
 
@@ -266,7 +300,9 @@ def _group_row(
         "concurrency": concurrency,
         "mode": mode,
         "rate": rate,
-        "rate_achieved": _rate(float(members.sum()), window) if mode else float("nan"),
+        "rate_achieved": _rate(float((members & a.arrival).sum()), window)
+        if mode
+        else float("nan"),
         "requests_total": int(tagged.sum()),
         "requests": int(members.sum()),
         "ok": ok,
@@ -329,6 +365,8 @@ def _group_row(
         100.0 * float(a.coalesced[counted].sum()) / total_events if total_events else float("nan")
     )
     row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=open_loop))
+    row.update(session_columns(a.sessions, members))
+    row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
     return row
 
 
@@ -347,6 +385,12 @@ def _step_warnings(row: dict[str, Any]) -> list[str]:
     rate = row["error_rate"]
     if rate == rate and rate > HIGH_ERROR_RATE:
         out.append(f"{name}: error rate {rate:.1%} (latencies describe the survivors only)")
+    elif row.get("sessions_error"):
+        out.append(
+            f"{name}: {row['sessions_error']} of {row['sessions']} session(s) ended in error (a "
+            "failed turn ends its session: its later turns were never sent; sessions.csv "
+            "names them)"
+        )
     if row.get("output_tokens_source") == "events":
         out.append(
             f"{name}: output tokens of {row['requests_per_event_tokens']} successful request(s) "
@@ -467,6 +511,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         else:
             row["slo_pass"] = None
             row["slo_failures"] = ""
+    warnings.extend(cached_tokens_warning(req, a.ok))
     if metrics.orphan_chunks:
         warnings.append(
             f"{metrics.orphan_chunks} chunk row(s) belong to no request row (a requests part "
@@ -481,4 +526,5 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
     per["good"] = pd.array(a.good, dtype="boolean") if a.good is not None else pd.NA
     per["good"] = per["good"].astype("boolean")
     per = per[list(PER_REQUEST_COLUMNS)]
-    return StepTable(rows, per, a.done, curves, warnings)
+    turns = turn_rows(per) if a.sessions is not None else []
+    return StepTable(rows, per, a.done, curves, warnings, a.sessions, turns)

@@ -43,7 +43,8 @@ __all__ = ["ChatUser", "StepShape", "setup"]
 
 
 class ChatUser(User):
-    """One closed-loop client: sends a request, reads it to the end, sends the next.
+    """One closed-loop client: sends a request, reads it to the end, sends the next (with
+    `--turns`/`--tool-rate`: runs one session at a time, turn after turn, sessions.py).
 
     Each user keeps one keep-alive connection pool (connections are reused); requests do not
     go through Locust's HttpSession, whose own request event would time only the headers:
@@ -67,10 +68,15 @@ class ChatUser(User):
         if (ctx.step.rate is not None and not ctx.step.cold) or ctx.step.paused:
             gevent.sleep(0.1)  # a rate step: the worker's dispatcher sends (openloop.py)
             return
-        record = ctx.run_one(self.pool)
+        if ctx.options.sessions:  # one conversation (or agent session), turn after turn
+            records = ctx.run_session(self.pool, None, lambda r: fire_request(self.environment, r))
+            record = records[-1] if records else None
+        else:
+            record = ctx.run_one(self.pool)
+            if record is not None:
+                fire_request(self.environment, record)
         if record is None:
             return
-        fire_request(self.environment, record)
         if record.error_kind == "connect":
             gevent.sleep(0.5)  # a dead server must not make this loop spin
 

@@ -213,10 +213,13 @@ class Dispatcher:
                 arrival.queued_ns = _perf_ns() - waited_from
         pool = self._pools.pop() if self._pools else new_pool()
         try:
-            record = self.ctx.run_one(pool, arrival)
+            if self.ctx.options.sessions:  # an arrival starts a session (sessions.py)
+                self.ctx.run_session(pool, arrival, self.on_record)
+            else:
+                record = self.ctx.run_one(pool, arrival)
+                if record is not None and self.on_record is not None:
+                    self.on_record(record)
             self.sent += 1
-            if record is not None and self.on_record is not None:
-                self.on_record(record)
         finally:
             self._pools.append(pool)
             if slots is not None:

@@ -11,10 +11,11 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.errors import UsageError
+from locustfiles.spread import Spread, parse_spread
 from locustfiles.workloads import Workload, parse_workload
 
 DEFAULT_WORKLOAD = "D(128,64)"
@@ -38,6 +39,18 @@ OPTIONS: list[tuple[str, dict[str, Any]]] = [
          help="send non-streaming requests (TTFT then equals E2E)"),
     _opt("--workload", default=DEFAULT_WORKLOAD,
          help="length mix: D(in,out), N(m,sd)/(m,sd), U(a,b)/(a,b), weighted sums, dataset:PATH.jsonl"),
+    _opt("--turns", default="1",
+         help="sessions: turns per conversation, N or U(a,b) (1: single requests)"),
+    _opt("--think-time", default="0",
+         help="sessions: seconds between a reply and the next user turn: S, U(a,b), N(mean,sd) or exp(mean)"),
+    _opt("--history", default="full",
+         help="sessions: each turn resends the whole conversation (full) or its last N turns (window:N)"),
+    _opt("--followup-workload", default="",
+         help="sessions: length mix of the turns after the first (default: --workload)"),
+    _opt("--tool-rate", type=float, default=0.0,
+         help="agents: fraction of turns whose request offers tools; a tool call is answered after --tool-latency"),
+    _opt("--tool-latency", default="0.5",
+         help="agents: seconds a tool takes before its result is sent: S, U(a,b), N(mean,sd) or exp(mean)"),
     _opt("--steps", default=DEFAULT_STEPS, help="comma-separated target concurrencies, one step each"),
     _opt("--rates", default="",
          help="open loop: comma-separated arrival rates (requests/s), one step each, instead of --steps"),
@@ -149,6 +162,21 @@ class ChatOptions:
     slo: str = ""
     search_precision: float = 0.05
     search_min_requests: int = 100
+    turns: Spread = field(default_factory=lambda: parse_spread("--turns", "1", integer=True))
+    think_time: Spread = field(default_factory=lambda: parse_spread("--think-time", "0"))
+    history: int = 0  # 0: full; N: the last N turns
+    followup_workload: Workload | None = None
+    tool_rate: float = 0.0
+    tool_latency: Spread = field(default_factory=lambda: parse_spread("--tool-latency", "0.5"))
+
+    @property
+    def sessions(self) -> bool:
+        """Multi-turn sessions (or agent tool rounds) instead of single requests."""
+        return (
+            self.turns.spec != "1"
+            or self.tool_rate > 0
+            or self.workload.spec.startswith("conversations:")
+        )
 
     @property
     def mode(self) -> str:
@@ -169,9 +197,13 @@ class ChatOptions:
 
     def config(self) -> dict[str, Any]:
         """What the manifest records (no secret values: the key is named, not given)."""
-        skip = ("workload", "metadata")
+        skip = ("workload", "metadata", "followup_workload", "turns", "think_time", "tool_latency")
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         out["workload"] = self.workload.spec
+        out["followup_workload"] = self.followup_workload.spec if self.followup_workload else ""
+        out.update(turns=self.turns.spec, think_time=self.think_time.spec,
+                   tool_latency=self.tool_latency.spec)  # fmt: skip
+        out["history"] = "full" if not self.history else f"window:{self.history}"
         out.update(self.metadata)  # top level: the report reads e.g. config.hardware
         return out
 
@@ -212,6 +244,18 @@ def parse_steps(text: str) -> tuple[int, ...]:
             f"--steps {text!r} needs at least one concurrency, each >= 1; e.g. --steps 1,2,4,8"
         )
     return steps
+
+
+def parse_history(text: str) -> int:
+    """--history: full (0) or window:N, the last N turns (N >= 1)."""
+    value = str(text).strip().lower()
+    if value == "full":
+        return 0
+    if value.startswith("window:") and value[7:].strip().isdigit() and int(value[7:]) >= 1:
+        return int(value[7:])
+    raise UsageError(
+        f"--history {text!r} must be full or window:N with N >= 1 turns, e.g. --history window:4"
+    )
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -344,6 +388,16 @@ def from_parsed(ns: Any) -> ChatOptions:
     _check_open_loop(ns, rates, arrival)
     _at_least("max-concurrency", getattr(ns, "max_concurrency", 0), 0)
     slo = _check_search(ns, rates)
+    if not 0 <= getattr(ns, "tool_rate", 0.0) <= 1:
+        raise UsageError(
+            f"--tool-rate must be between 0 and 1, not {ns.tool_rate} (e.g. 0.3: three turns in ten)"
+        )
+    followup = str(getattr(ns, "followup_workload", "") or "").strip()
+    if followup.startswith("conversations:"):
+        raise UsageError(
+            "--followup-workload takes lengths (D/N/U) or dataset:PATH.jsonl; conversations: "
+            "datasets give their own follow-ups"
+        )
     return ChatOptions(
         model=ns.model,
         api_key_env=ns.api_key_env,
@@ -386,4 +440,10 @@ def from_parsed(ns: Any) -> ChatOptions:
         slo=slo,
         search_precision=getattr(ns, "search_precision", 0.05),
         search_min_requests=getattr(ns, "search_min_requests", 100),
+        turns=parse_spread("--turns", getattr(ns, "turns", "1"), integer=True),
+        think_time=parse_spread("--think-time", getattr(ns, "think_time", "0")),
+        history=parse_history(getattr(ns, "history", "full")),
+        followup_workload=parse_workload(followup) if followup else None,
+        tool_rate=getattr(ns, "tool_rate", 0.0),
+        tool_latency=parse_spread("--tool-latency", getattr(ns, "tool_latency", "0.5")),
     )

@@ -50,6 +50,18 @@ class RequestRecord:
     arrival_index: int | None = None
     intended_ns: int | None = None
     queued_ns: int | None = None
+    # sessions (multi-turn, agents): see docs/events.md
+    session_id: str | None = None
+    turn: int | None = None
+    session_turns: int | None = None
+    turn_kind: str | None = None
+    wait_ns: int | None = None
+    tool_calls: int | None = None
+    cached_tokens: int | None = None
+    history_tokens: int | None = None
+    # sessions only (not columns): the reply's text and tool calls, for the next turn's history
+    reply_parts: list[str] | None = None  # collected when not None
+    tool_call_parts: dict[int, dict[str, str]] | None = None  # index -> id, name, arguments
     # chunk columns (one entry per output event)
     chunk_offsets: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
@@ -116,4 +128,12 @@ class RequestRecord:
             "arrival_index": self.arrival_index,
             "intended_ns": self.intended_ns,
             "queued_ns": self.queued_ns,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "session_turns": self.session_turns,
+            "turn_kind": self.turn_kind,
+            "wait_ns": self.wait_ns,
+            "tool_calls": self.tool_calls,
+            "cached_tokens": self.cached_tokens,
+            "history_tokens": self.history_tokens,
         }

@@ -3,8 +3,9 @@
 Pure logic, no I/O: `client.py` reads the socket and calls `on_event(data, offset_ns)` for
 each event with the time it arrived. Rules (docs/events.md):
 
-- first event = any event; first token = first event with non-empty content or reasoning
-  content; first content = first event with non-empty visible content;
+- first event = any event; first token = first event with non-empty content, reasoning
+  content or a tool-call delta (its argument text is output, chunk kind `tool_call`);
+  first content = first event with non-empty visible content;
 - tokens per output event: the delta of `usage.completion_tokens` when the event carries
   usage (continuous usage stats), else the tokenizer's count of the delta text, else 1;
   the request records the weakest source it had to use;
@@ -89,15 +90,19 @@ class StreamState:
             pt = usage.get("prompt_tokens")
             if isinstance(pt, int):
                 rec.prompt_tokens = pt
+            _note_cached(rec, usage)
         choices = obj.get("choices")
         if not choices:
             return
         try:
             choice = choices[0]
+            calls = ""
             if self.chat:
                 delta = choice.get("delta") or {}
                 content = delta.get("content") or ""
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                if delta.get("tool_calls"):
+                    calls = _tool_call_deltas(rec, delta["tool_calls"])
             else:
                 content = choice.get("text") or ""
                 reasoning = ""
@@ -109,12 +114,14 @@ class StreamState:
         if finish:
             self.finish_reason = finish
             self.finish_t = t
-        if not (content or reasoning):
+        if not (content or reasoning or calls):
             if usage_delta and rec.output_tokens_source == "usage":  # continuous usage only
                 self._textless(usage_delta, t)  # e.g. the end-of-sequence token, in usage only
             return
         if rec.first_token_ns is None:
             rec.first_token_ns = t
+        if content and rec.reply_parts is not None:
+            rec.reply_parts.append(content)
         if content and rec.first_content_ns is None:
             rec.first_content_ns = t
         rec.last_token_ns = t
@@ -123,15 +130,15 @@ class StreamState:
             if rec.output_tokens_source != "usage":
                 rec.note_source("usage")
         elif self.counter is not None:
-            tokens = self.counter.count(content + reasoning)
+            tokens = self.counter.count(content + reasoning + calls)
             rec.note_source("tokenizer")
         else:
             tokens = 1
             rec.note_source("events")
         rec.chunk_offsets.append(t)
         rec.chunk_tokens.append(tokens)
-        rec.chunk_chars.append(len(content) + len(reasoning))
-        rec.chunk_kinds.append("content" if content else "reasoning")
+        rec.chunk_chars.append(len(content) + len(reasoning) + len(calls))
+        rec.chunk_kinds.append("content" if content else "reasoning" if reasoning else "tool_call")
 
     def _textless(self, tokens: int, t: int) -> None:
         """Tokens the server counted but sent no text for: a chunk row with 0 characters."""
@@ -169,6 +176,43 @@ class StreamState:
                 self._textless(remainder, at)
 
 
+def _note_cached(rec: RequestRecord, usage: Any) -> None:
+    """usage.prompt_tokens_details.cached_tokens: prompt tokens the server's cache served."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        rec.cached_tokens = cached
+
+
+def _tool_call_deltas(rec: RequestRecord, deltas: Any) -> str:
+    """A delta's tool-call pieces: their argument text (output, timed like content), and,
+    when the record collects its reply (sessions), each call's id, name and arguments."""
+    if not isinstance(deltas, list):
+        raise StreamFailure("malformed_event", "delta.tool_calls is not a list")
+    text = ""
+    for part in deltas:
+        if not isinstance(part, dict):
+            raise StreamFailure("malformed_event", "a tool_calls entry is not an object")
+        raw = part.get("function")
+        function: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        arguments = function.get("arguments") or ""
+        text += arguments if isinstance(arguments, str) else ""
+        index = part.get("index", 0)
+        if rec.tool_call_parts is None:
+            rec.tool_call_parts = {}
+        call = rec.tool_call_parts.setdefault(
+            index if isinstance(index, int) else 0, {"id": "", "name": "", "arguments": ""}
+        )
+        if isinstance(part.get("id"), str) and part["id"]:
+            call["id"] = part["id"]
+        if isinstance(function.get("name"), str) and function["name"]:
+            call["name"] += function["name"]
+        if isinstance(arguments, str):
+            call["arguments"] += arguments
+    rec.tool_calls = len(rec.tool_call_parts or {})
+    return text or " "  # a call without argument text yet still starts the reply
+
+
 def parse_body(
     record: RequestRecord, body: bytes, chat: bool, counter: TokenCounter | None
 ) -> None:
@@ -180,6 +224,9 @@ def parse_body(
             message = choice.get("message") or {}
             content = message.get("content") or ""
             reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+            calls = message.get("tool_calls")
+            if calls:
+                _tool_call_deltas(record, [{**c, "index": i} for i, c in enumerate(calls)])
         else:
             content, reasoning = choice.get("text") or "", ""
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
@@ -189,6 +236,9 @@ def parse_body(
     if isinstance(obj.get("id"), str):
         record.server_request_id = record.server_request_id or obj["id"]
     usage = obj.get("usage") or {}
+    _note_cached(record, usage)
+    if content and record.reply_parts is not None:
+        record.reply_parts.append(content)
     if isinstance(usage.get("prompt_tokens"), int):
         record.prompt_tokens = usage["prompt_tokens"]
     if isinstance(usage.get("completion_tokens"), int):
@@ -199,7 +249,7 @@ def parse_body(
         record.chunk_tokens = []
         record.output_tokens = counter.count(content + reasoning)
         record.output_tokens_source = "tokenizer"
-    if content or reasoning:
+    if content or reasoning or record.tool_calls:
         record.first_token_ns = record.end_ns
         if content:
             record.first_content_ns = record.end_ns

@@ -34,9 +34,11 @@ from locustfiles.options import ChatOptions
 from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer, prompt_hash
 from locustfiles.record import RequestRecord
 from locustfiles.secrets import redact, secret_values
+from locustfiles.sessions import TOOLS, Session, Turn
 from locustfiles.sink import EventSink, SinkConfig
 from locustfiles.steps import StepState
 from locustfiles.warmup import freeze_gc, warm_up
+from locustfiles.workloads import RequestSpec
 
 log = logging.getLogger("llmload.worker")
 
@@ -74,6 +76,8 @@ class WorkerContext:
         )
         self.prompts = PromptBuilder(options.seed, self.counter, options.shared_prefix_tokens)
         self.sampler = options.workload.sampler(options.seed, worker_index)
+        followup = options.followup_workload or options.workload
+        self.followup_sampler = followup.sampler(options.seed + 1_000_003, worker_index)
         self.rng = random.Random(f"llmload-worker:{options.seed}:{worker_index}")
         self.limits = Limits(
             connect_timeout=options.connect_timeout,
@@ -237,24 +241,42 @@ class WorkerContext:
         log.info("llmload: prompt calibration %s", calibration)
 
     # -- requests ----------------------------------------------------------------------
-    def run_one(
-        self, pool: urllib3.PoolManager, arrival: Arrival | None = None
-    ) -> RequestRecord | None:
+    def run_session(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
+                    on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:  # fmt: skip
+        """One multi-turn session (sessions.py) on `pool`; its first turn is `arrival`'s."""
+        self.ensure_ready(pool)
+
+        def send(turn: Turn) -> RequestRecord | None:
+            record = self.run_one(pool, arrival if turn.index == 0 else None, turn)
+            if record is not None and on_record is not None:
+                on_record(record)
+            return record
+
+        return Session(self, self.rng).run(send)
+
+    def run_one(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
+                turn: Turn | None = None) -> RequestRecord | None:  # fmt: skip
         """Build, send and record one request. Returns the record (None if not sent).
 
         `arrival`: an open-loop arrival (openloop.py): its step and schedule, not the
-        current step, go on the record."""
+        current step, go on the record. `turn`: a session's turn (sessions.py): its
+        messages are the prompt."""
         self.ensure_ready(pool)
-        spec = self.sampler.sample()
         step = self.step
         if arrival is None and step.cold:
             self.cold_sent += 1
-        if spec.messages is not None:
-            text = json.dumps(spec.messages, sort_keys=True)
-        elif spec.prompt_text is not None:
-            text = spec.prompt_text
+        if turn is not None:
+            spec = RequestSpec(turn.scenario, turn.new_tokens, turn.max_tokens,
+                               messages=turn.messages)  # fmt: skip
+            text = json.dumps(turn.messages, sort_keys=True)
         else:
-            text = self.prompts.build(spec.prompt_tokens or 1, self.rng)
+            spec = self.sampler.sample()
+            if spec.messages is not None:
+                text = json.dumps(spec.messages, sort_keys=True)
+            elif spec.prompt_text is not None:
+                text = spec.prompt_text
+            else:
+                text = self.prompts.build(spec.prompt_tokens or 1, self.rng)
         request_id = uuid.uuid4().hex
         record = RequestRecord(
             request_id=request_id,
@@ -270,6 +292,10 @@ class WorkerContext:
             prompt_sha256=prompt_hash(text),
             prompt_text=text if self.options.store_prompts else None,
         )
+        if turn is not None:
+            turn.apply(record)
+            if arrival is None and step.rate is not None:
+                record.rate = step.rate  # a later turn of an open-loop session
         if arrival is not None:
             record.rate = arrival.rate
             record.arrival_index = arrival.index
@@ -277,6 +303,8 @@ class WorkerContext:
             record.queued_ns = arrival.queued_ns
         prompt = None if spec.messages is not None else text
         body = self.body(prompt, spec.messages, spec.max_tokens, self.options.stream)
+        if turn is not None and turn.offer_tools:
+            body["tools"] = TOOLS
         cancel = None
         if self.options.cancel_rate and self.rng.random() < self.options.cancel_rate:
             cancel = self.options.cancel_after_tokens

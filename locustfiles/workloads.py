@@ -9,6 +9,8 @@ Grammar (weights optional, normalised; components joined with `+`):
     dataset:PATH.jsonl                 one JSON object per line: "prompt" (text) or
                                        "messages" (chat list); optional "max_tokens",
                                        optional "prompt_tokens" (its known length)
+    conversations:PATH.jsonl           recorded multi-turn chats (ShareGPT "conversations"
+                                       or "messages"), replayed turn by turn as sessions
 
 Sampling is seeded and reproducible: the same seed and worker index give the same sequence.
 Lengths that cannot be right are refused when the spec is parsed: a D length, an N mean or a
@@ -49,6 +51,16 @@ class RequestSpec:
     max_tokens: int | None
     prompt_text: str | None = None
     messages: list[dict[str, Any]] | None = None
+    conversation: Conversation | None = None  # a recorded chat, replayed turn by turn
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A recorded multi-turn chat: an optional system prompt, then the user turns, each
+    with the length of the reply it got (the output cap of its replay; None: unknown)."""
+
+    system: str | None
+    turns: tuple[tuple[str, int | None], ...]
 
 
 @dataclass
@@ -99,6 +111,80 @@ class _Dataset:
         )
 
 
+@dataclass
+class _Conversations:
+    name: str
+    rows: list[Conversation]
+
+    def sample(self, rng: random.Random) -> RequestSpec:
+        chat = self.rows[rng.randrange(len(self.rows))]
+        first, first_max = chat.turns[0]
+        return RequestSpec(self.name, None, first_max, prompt_text=first, conversation=chat)
+
+
+_SPEAKERS = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+             "chatgpt": "assistant", "bard": "assistant", "system": "system"}  # fmt: skip
+
+
+def _json_line(path: Path, lineno: int, line: str) -> Any:
+    """One JSON-lines line, or UsageError naming the file and line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"{path}:{lineno}: not valid JSON ({exc.msg}); give one JSON object per line"
+        ) from None
+
+
+def _conversation_row(path: Path, lineno: int, line: str) -> Conversation:
+    """One recorded chat: ShareGPT's {"conversations": [{"from", "value"}]} or
+    {"messages": [{"role", "content"}]}; other speakers (tools, functions) are skipped."""
+    row = _json_line(path, lineno, line)
+    items = (row.get("conversations") or row.get("messages")) if isinstance(row, dict) else None
+    if not isinstance(items, list):
+        raise UsageError(
+            f'{path}:{lineno}: each line needs a "conversations" list of {{"from", "value"}} '
+            'or a "messages" list of {"role", "content"}'
+        )
+    system: str | None = None
+    turns: list[list[Any]] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        speaker = _SPEAKERS.get(str(item.get("from") or item.get("role") or "").lower())
+        text = item.get("value") if "value" in item else item.get("content")
+        if speaker is None or not isinstance(text, str):
+            continue
+        if speaker == "system":
+            system = text if not turns else system
+        elif speaker == "user" and text.strip():
+            turns.append([text, None])
+        elif speaker == "assistant" and turns and turns[-1][1] is None:
+            turns[-1][1] = max(1, len(text.split()))
+    if not turns:
+        raise UsageError(f"{path}:{lineno}: the conversation has no user (human) turn to replay")
+    return Conversation(system, tuple((t, n) for t, n in turns))
+
+
+def _load_conversations(spec: str) -> _Conversations:
+    text = spec.split(":", 1)[1].strip()
+    path = Path(text)
+    if not text or not path.is_file():
+        raise UsageError(
+            f"workload conversations {text or '(no path)'} is not a file; give conversations:PATH.jsonl"
+        )
+    try:
+        with path.open(encoding="utf-8") as fh:
+            rows = [_conversation_row(path, n, ln) for n, ln in enumerate(fh, 1) if ln.strip()]
+    except UnicodeDecodeError:
+        raise UsageError(f"workload conversations {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read workload conversations {path}: {exc.strerror}") from None
+    if not rows:
+        raise UsageError(f"workload conversations {path} has no conversations")
+    return _Conversations(f"conversations:{path.name}", rows)
+
+
 class Workload:
     """A weighted mix of components; `sample()` draws one RequestSpec."""
 
@@ -132,12 +218,7 @@ class WorkloadSampler:
 
 def _dataset_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
     """One line of a dataset, checked: a prompt that can be sent, lengths >= 1."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{path}:{lineno}: not valid JSON ({exc.msg}); give one JSON object per line"
-        ) from None
+    row = _json_line(path, lineno, line)
     prompt, messages = (row.get("prompt"), row.get("messages")) if isinstance(row, dict) else (0, 0)
     if not (isinstance(prompt, str) and prompt) and not (isinstance(messages, list) and messages):
         raise UsageError(
@@ -205,6 +286,8 @@ def parse_workload(spec: str) -> Workload:
     text = spec.strip()
     if text.startswith("dataset:"):
         return Workload(text, [_load_dataset(text)], [1.0])
+    if text.startswith("conversations:"):
+        return Workload(text, [_load_conversations(text)], [1.0])
     components: list[Any] = []
     weights: list[float] = []
     for part in text.split("+"):

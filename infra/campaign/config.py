@@ -41,9 +41,15 @@ OWNED_FLAGS = {
     "-f": "(the llmload locustfile)", "--locustfile": "(the llmload locustfile)",
     "--rates": "rates", "--arrival": "arrival", "--max-concurrency": "max_concurrency",
     "--over-cap": "over_cap", "--search": "search", "--slo": "slo",
+    "--turns": "turns", "--think-time": "think_time", "--history": "history",
+    "--followup-workload": "followup_workload", "--tool-rate": "tool_rate",
+    "--tool-latency": "tool_latency",
     "--search-precision": "search_precision", "--search-min-requests": "search_min_requests",
 }  # fmt: skip
 OPEN_LOOP_KEYS: Final = ("arrival", "max_concurrency", "over_cap")
+_SESSION_EXAMPLES: Final = {"turns": "3 or U(2,5)", "think_time": "2 or exp(2)",
+                            "history": "full or window:4", "followup_workload": "D(64,128)",
+                            "tool_latency": "0.5 or U(0.2,1)"}  # fmt: skip
 """Keys that shape open-loop (rate) steps: they need `rates`."""
 
 
@@ -82,6 +88,12 @@ class Campaign:
     steps: tuple[int, ...] = (1, 2, 4, 8)  # () when the steps are rates
     rates: tuple[float, ...] = ()  # open loop: requests/s, one step each, instead of steps
     arrival: str = "poisson"
+    turns: str = "1"  # sessions (docs/sessions.md): user turns per session, N or U(a,b)
+    think_time: str = "0"
+    history: str = "full"
+    followup_workload: str = ""
+    tool_rate: float = 0.0
+    tool_latency: str = "0.5"
     max_concurrency: int = 0
     over_cap: str = "wait"  # wait | drop: an arrival over max_concurrency waits or is dropped
     search: str = "off"  # off | concurrency | rate: capacity search
@@ -176,6 +188,12 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         steps=() if rates else top.steps("steps", Campaign.steps),
         rates=rates,
         arrival=top.arrival("arrival"),
+        turns=top.session_option("turns", "--turns"),
+        think_time=top.session_option("think_time", "--think-time"),
+        history=top.session_option("history", "--history"),
+        followup_workload=top.session_option("followup_workload", "--followup-workload"),
+        tool_rate=top.fraction("tool_rate", Campaign.tool_rate, closed=True),
+        tool_latency=top.session_option("tool_latency", "--tool-latency"),
         max_concurrency=top.integer("max_concurrency", Campaign.max_concurrency, minimum=0) or 0,
         over_cap=top.choice("over_cap", OVER_CAP, Campaign.over_cap),
         search=top.choice("search", SEARCH_MODES, Campaign.search),
@@ -410,6 +428,33 @@ class _Section:
             rates.append(rate)
         return tuple(rates)
 
+    def session_option(self, key: str, flag: str) -> str:
+        """A session option (a number or a text), checked by the option's own parser."""
+        from locustfiles.options import parse_history
+        from locustfiles.spread import parse_spread
+        from locustfiles.workloads import parse_workload
+
+        default = str(getattr(Campaign, key))
+        value = self._get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            self.fail(key, f"must be a number or a string such as {_SESSION_EXAMPLES[key]}")
+        text = str(value).strip()
+        try:
+            if key == "history":
+                parse_history(text)
+            elif key == "followup_workload":
+                if text.startswith("conversations:"):
+                    raise UsageError("takes lengths (D/N/U) or dataset:PATH.jsonl")
+                parse_workload(text)
+            else:
+                parse_spread(flag, text, integer=key == "turns")
+        except UsageError as exc:
+            problem = str(exc).removeprefix(f"{flag} {text!r}: ").removeprefix(f"{flag} ")
+            self.fail(key, f"is not valid ({problem}); e.g. {_SESSION_EXAMPLES[key]}")
+        return text
+
     def arrival(self, key: str) -> str:
         from locustfiles.options import parse_arrival
 
@@ -433,14 +478,17 @@ class _Section:
             self.fail(key, f"must be {' or '.join(choices)}, not {value!r}")
         return str(value)
 
-    def fraction(self, key: str, default: float) -> float:
+    def fraction(self, key: str, default: float, closed: bool = False) -> float:
+        """A number between 0 and 1: exclusive, or with `closed` inclusive."""
         value = self._get(key)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(key, f"must be a number between 0 and 1 such as 0.05, not {value!r}")
-        if not (math.isfinite(value) and 0 < value < 1):
-            self.fail(key, f"must be between 0 and 1 (exclusive) such as 0.05, not {value}")
+        inside = 0 <= value <= 1 if closed else 0 < value < 1
+        if not (math.isfinite(value) and inside):
+            bounds = "inclusive" if closed else "exclusive"
+            self.fail(key, f"must be between 0 and 1 ({bounds}) such as 0.05, not {value}")
         return float(value)
 
     def workloads(self, key: str) -> tuple[NamedWorkload, ...]:

@@ -255,6 +255,14 @@ def master_command(
     ]  # fmt: skip
     if target.model:
         args += ["--model", target.model]
+    sessions = {"--turns": campaign.turns, "--think-time": campaign.think_time,
+                "--history": campaign.history, "--followup-workload": campaign.followup_workload,
+                "--tool-rate": _exact(campaign.tool_rate), "--tool-latency": campaign.tool_latency}  # fmt: skip
+    defaults = {"--turns": "1", "--think-time": "0", "--history": "full", "--followup-workload": "",
+                "--tool-rate": "0", "--tool-latency": "0.5"}  # fmt: skip
+    for flag, value in sessions.items():  # only what the file sets: a plain run stays plain
+        if value != defaults[flag]:
+            args += [flag, value]
     if campaign.rates:
         args += [
             "--rates", ",".join(_exact(r) for r in campaign.rates),

@@ -12,7 +12,8 @@ from infra.simserver.faults import draw_faults
 from infra.simserver.generation import Generation
 from infra.simserver.http import HttpConnection, Request
 from infra.simserver.metrics import SimStats, render
-from infra.simserver.schema import Kind, RequestRejected, parse_generation
+from infra.simserver.schema import GenerationParams, Kind, RequestRejected, parse_generation
+from infra.simserver.sse import ToolCall
 from infra.simserver.tokens import TokenText
 from infra.simserver.truth import TruthLog
 from infra.version import llmload_version
@@ -164,4 +165,15 @@ class SimApp:
             )
             self._reject(conn, request, request_id, error)
             return
-        Generation(self, conn, request, params, request_id, plan, target).start()
+        tool_call = self._draw_tool_call(params)
+        Generation(self, conn, request, params, request_id, plan, target, tool_call).start()
+
+    def _draw_tool_call(self, params: GenerationParams) -> ToolCall | None:
+        """A chat request with `tools` is answered by a tool call at `--tool-call-rate`
+        (always when `tool_choice` forces one); requests without tools draw nothing."""
+        if params.tool_name is None:
+            return None
+        if not params.tool_forced and self.rng.random() >= self.config.tool_call_rate:
+            return None
+        self.stats.tool_calls += 1
+        return ToolCall(f"call_{self.rng.getrandbits(96):024x}", params.tool_name)

@@ -9,6 +9,7 @@ from pathlib import Path
 from analysis.errors import UsageError
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
+from infra.simserver.prefix_cache import PrefixCacheConfig
 from infra.simserver.profiles import PROFILES, EngineProfile
 
 
@@ -26,15 +27,29 @@ class SimConfig:
     truth_log: Path | None = None
     port_file: Path | None = None
     drain_seconds: float = 5.0  # on SIGTERM/SIGINT: let running requests finish this long
+    prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
+    tool_call_rate: float = 0.5  # share of chat requests with `tools` answered by a tool call
 
     @property
     def served_model(self) -> str:
         return self.model_name or f"llmload-sim-{self.profile.name}"
 
+    @property
+    def prefix_cache_tokens(self) -> int:
+        """The prefix cache's capacity: `--prefix-cache-tokens`, else the KV budget."""
+        tokens = self.prefix_cache.capacity_tokens
+        return self.profile.kv_cache_tokens if tokens is None else tokens
+
     def check(self) -> None:
         """Refuse values that cannot be right, naming the option (`llmload sim` flags)."""
         self.profile.check()
         self.faults.check()
+        self.prefix_cache.check()
+        if not 0.0 <= self.tool_call_rate <= 1.0:
+            raise UsageError(
+                f"--tool-call-rate must be in [0, 1] (0.5: every other request with tools), "
+                f"not {self.tool_call_rate}"
+            )
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be in 0..65535 (0: any free port), not {self.port}")
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):

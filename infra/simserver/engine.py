@@ -4,12 +4,16 @@ One scheduler loop per process. Each *step*:
 
 1. admits waiting sequences in FIFO order while the batch has room (`max_num_seqs`), the
    KV budget can reserve `prompt + max_tokens`, and the step's token budget
-   (`max_num_batched_tokens`: decode sequences + prefill tokens) is not used up;
+   (`max_num_batched_tokens`: decode sequences + uncached prefill tokens) is not used up;
+   a sequence's prompt tokens found in the prefix cache (prefix_cache.py) need no prefill;
 2. lasts `decode_base + decode_per_seq * B + decode_per_kv_token * context
    + prefill_per_token * new_prompt_tokens` (times the time scale), where B counts the
-   sequences already decoding;
+   sequences already decoding and new_prompt_tokens the uncached prompt tokens admitted;
 3. at its end gives every sequence of the step one token (a new sequence's first token
    comes out of its prefill step).
+
+A sequence that finishes, or is cancelled after admission, inserts its prompt + generated
+tokens into the prefix cache.
 
 The clock is honest: the loop sleeps until each step's end (with sub-millisecond precision,
 see clock.py) and keeps a virtual schedule, so small wake-up delays do not accumulate. When
@@ -23,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 from infra.simserver.clock import PreciseTimer
 from infra.simserver.metrics import SimStats
+from infra.simserver.prefix_cache import ROOT, PrefixCache, block_keys
 from infra.simserver.profiles import EngineProfile
 
 LAG_RESET = 0.002  # seconds behind schedule before the schedule restarts from now
@@ -62,6 +68,10 @@ class Sequence:
         "stall_seconds",
         "resume_at",
         "finish_reason",
+        "prompt",
+        "output_tokens",
+        "cached_tokens",
+        "block_keys",
     )
 
     def __init__(
@@ -72,6 +82,8 @@ class Sequence:
         target_tokens: int,
         stall_at: int = 0,
         stall_seconds: float = 0.0,
+        prompt: tuple[Hashable, ...] = (),
+        output_tokens: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.key = 0
         self.sink = sink
@@ -85,6 +97,13 @@ class Sequence:
         self.stall_seconds = stall_seconds
         self.resume_at = 0.0
         self.finish_reason: str | None = None
+        # Prefix caching: the prompt's tokens (empty: the sequence takes no part), a function
+        # giving the first n generated tokens, the prompt tokens found cached at admission
+        # and the prompt's block keys (computed on the first admission attempt).
+        self.prompt = prompt
+        self.output_tokens = output_tokens
+        self.cached_tokens: int | None = None  # None until admitted
+        self.block_keys: list[int] | None = None
 
 
 class Engine:
@@ -95,10 +114,12 @@ class Engine:
         profile: EngineProfile,
         stats: SimStats,
         time_scale: float = 1.0,
+        cache: PrefixCache | None = None,
     ) -> None:
         self.profile = profile
         self.stats = stats
         self.time_scale = time_scale
+        self.cache = cache  # None: prefix caching off
         self._waiting: dict[int, Sequence] = {}
         self._running: dict[int, Sequence] = {}
         self._next_key = 0
@@ -154,6 +175,7 @@ class Engine:
         elif seq.state is SeqState.RUNNING:
             del self._running[seq.key]
             self._release(seq)
+            self._cache_insert(seq)
         else:
             return False
         seq.state = SeqState.CANCELLED
@@ -170,9 +192,26 @@ class Engine:
         self._kv_reserved -= seq.reserved
         self._kv_used -= seq.prompt_tokens + seq.generated
 
+    def _cache_insert(self, seq: Sequence) -> None:
+        """Insert the full blocks of a sequence's prompt + generated tokens."""
+        cache = self.cache
+        if cache is None or not seq.prompt:
+            return
+        size = cache.block_size
+        keys = seq.block_keys
+        if keys is None:
+            keys = block_keys(seq.prompt, size)
+        keys = list(keys)
+        if seq.generated and seq.output_tokens is not None:
+            tail = [*seq.prompt[len(keys) * size :], *seq.output_tokens(seq.generated)]
+            keys += block_keys(tail, size, keys[-1] if keys else ROOT)
+        cache.insert(keys)
+
     def _admit(self) -> int:
-        """Move waiting sequences into the batch; returns their prompt tokens (prefill work)."""
+        """Move waiting sequences into the batch; returns their uncached prompt tokens
+        (the prefill work of the step)."""
         profile = self.profile
+        cache = self.cache
         budget = profile.max_num_batched_tokens - len(self._running)
         prefill = 0
         waiting = self._waiting
@@ -180,15 +219,24 @@ class Engine:
             seq = waiting[next(iter(waiting))]
             if self._kv_reserved + seq.reserved > profile.kv_cache_tokens:
                 break
-            if prefill and seq.prompt_tokens > budget - prefill:
+            cached = 0
+            if cache is not None and seq.prompt:
+                if seq.block_keys is None:
+                    seq.block_keys = block_keys(seq.prompt, cache.block_size)
+                cached = cache.match(seq.block_keys, seq.prompt_tokens)
+            new = seq.prompt_tokens - cached
+            if prefill and new > budget - prefill:
                 break
             del waiting[seq.key]
             seq.state = SeqState.RUNNING
+            if cache is not None and seq.block_keys is not None:
+                cache.admit(seq.block_keys, seq.prompt_tokens, cached)
+            seq.cached_tokens = cached
             self._running[seq.key] = seq
             self._kv_reserved += seq.reserved
             self._kv_used += seq.prompt_tokens
             self.stats.prompt_tokens += seq.prompt_tokens
-            prefill += seq.prompt_tokens
+            prefill += new
         return prefill
 
     async def run(self) -> None:
@@ -264,6 +312,7 @@ class Engine:
                 seq.state = SeqState.FINISHED
                 del running[seq.key]
                 self._release(seq)
+                self._cache_insert(seq)
                 stats.finished[seq.finish_reason] += 1
                 seq.sink.on_token(seq, True)
             else:

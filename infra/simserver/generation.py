@@ -12,7 +12,7 @@ from infra.simserver.engine import SeqState, Sequence
 from infra.simserver.faults import FaultPlan
 from infra.simserver.http import CHUNKED_END, HttpConnection, Request, frame_chunk
 from infra.simserver.schema import GenerationParams
-from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder
+from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder, ToolCall
 
 if TYPE_CHECKING:
     from infra.simserver.api import SimApp
@@ -28,6 +28,7 @@ class Generation:
         request_id: str,
         plan: FaultPlan,
         target_tokens: int,
+        tool_call: ToolCall | None = None,
     ) -> None:
         self.app = app
         self.conn = conn
@@ -35,10 +36,12 @@ class Generation:
         self.params = params
         self.request_id = request_id
         self.plan = plan
+        self.tool_call = tool_call  # the answer is this tool call (arguments: the output)
         prefix = "chatcmpl-" if params.kind == "chat" else "cmpl-"
         self.response_id = prefix + request_id
         self.created = int(time.time())
         self.text_pos = app.rng.randrange(app.text.period)
+        self.text_start = self.text_pos
         self.seq = Sequence(
             self,
             params.prompt_tokens,
@@ -46,6 +49,8 @@ class Generation:
             target_tokens,
             stall_at=plan.stall_at,
             stall_seconds=plan.stall_seconds,
+            prompt=params.prompt,
+            output_tokens=self._output_tokens,
         )
         self.pending = 0
         self.per_event = app.config.tokens_per_event
@@ -55,6 +60,14 @@ class Generation:
         self.headers_offset_ns: int | None = None
         self.status = 200
         self._timer: asyncio.TimerHandle | None = None
+        self._usage_cached = False  # the encoder knows cached_tokens
+
+    def _output_tokens(self, count: int) -> list[str]:
+        """The first `count` generated tokens (words), for the prefix cache."""
+        return self.app.text.text(self.text_start, count).decode().split()
+
+    def _finish_reason(self, seq: Sequence) -> str:
+        return "tool_calls" if self.tool_call is not None else seq.finish_reason or "length"
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -83,6 +96,7 @@ class Generation:
             app.served_model,
             self.params.prompt_tokens,
             self.params.continuous_usage,
+            self.tool_call,
         )
         head = self.conn.start_stream(200, "text/event-stream", self._headers())
         events = []
@@ -124,6 +138,9 @@ class Generation:
             return
         encoder = self.encoder
         assert encoder is not None
+        if not self._usage_cached:
+            encoder.set_cached(seq.cached_tokens or 0)
+            self._usage_cached = True
         text = self.app.text.text(self.text_pos, self.pending)
         self.text_pos += self.pending
         events = [encoder.content(text, generated)]
@@ -135,8 +152,7 @@ class Generation:
             events.append(MALFORMED)
             tokens.append(0)
         if done:
-            reason = seq.finish_reason or "length"
-            events.append(encoder.finish(reason, generated))
+            events.append(encoder.finish(self._finish_reason(seq), generated))
             tokens.append(0)
             if self.params.include_usage:
                 events.append(encoder.usage(generated))
@@ -183,9 +199,18 @@ class Generation:
     def _finish_whole(self, seq: Sequence) -> None:
         params = self.params
         text = self.app.text.text(self.text_pos, seq.generated).decode()
-        reason = seq.finish_reason or "length"
+        reason = self._finish_reason(seq)
         choice: dict[str, Any] = {"index": 0}
-        if params.kind == "chat":
+        call = self.tool_call
+        if call is not None:
+            function = {"name": call.name, "arguments": text}
+            choice["message"] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": call.id, "type": "function", "function": function}],
+            }
+            obj = "chat.completion"
+        elif params.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
             obj = "chat.completion"
         else:
@@ -203,6 +228,7 @@ class Generation:
                 "prompt_tokens": params.prompt_tokens,
                 "total_tokens": params.prompt_tokens + seq.generated,
                 "completion_tokens": seq.generated,
+                "prompt_tokens_details": {"cached_tokens": seq.cached_tokens or 0},
             },
         }
         raw = json.dumps(body).encode()
@@ -221,6 +247,7 @@ class Generation:
         if truth is None:
             return
         seq = self.seq
+        finished = seq.state is SeqState.FINISHED
         truth.write(
             {
                 "request_id": self.request_id,
@@ -231,7 +258,9 @@ class Generation:
                 "stream": self.params.stream,
                 "prompt_tokens": self.params.prompt_tokens,
                 "completion_tokens": seq.generated,
-                "finish_reason": seq.finish_reason if seq.state is SeqState.FINISHED else None,
+                "cached_tokens": seq.cached_tokens,
+                "tool_call": self.tool_call is not None,
+                "finish_reason": self._finish_reason(seq) if finished else None,
                 "faults": self.plan.names,
                 "headers_offset_ns": self.headers_offset_ns,
                 "events": self.events or [],

@@ -1,7 +1,8 @@
 """Counters of the simulator and their Prometheus text rendering (`GET /metrics`).
 
 Names are listed in docs/simserver.md. vLLM-style aliases (`vllm:*`) are exported next to
-the `llmload_sim_*` names so tools that look for vLLM's gauges find them.
+the `llmload_sim_*` names so tools that look for vLLM's gauges find them. With the prefix
+cache off its metrics are absent (not zero); the hit rate has no sample before a query.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from infra.simserver.prefix_cache import PrefixCache
 
 
 @dataclass
@@ -24,6 +27,7 @@ class SimStats:
     generation_tokens: int = 0
     events: int = 0  # SSE events written (all kinds, [DONE] included)
     steps: int = 0  # engine steps
+    tool_calls: int = 0  # answers that are tool calls
     lag_seconds: float = 0.0  # time the engine ran behind its virtual schedule
 
 
@@ -38,6 +42,8 @@ class EngineGauges(Protocol):
     def kv_used_tokens(self) -> int: ...
     @property
     def kv_capacity_tokens(self) -> int: ...
+    @property
+    def cache(self) -> PrefixCache | None: ...
 
 
 REJECT_REASONS = ("bad_request", "max_model_len", "queue_full", "not_found", "draining")
@@ -127,6 +133,12 @@ def render(stats: SimStats, engine: EngineGauges, model_name: str) -> str:
         [("", stats.generation_tokens)],
     )
     metric(f"{p}sse_events_total", "counter", "SSE events written.", [("", stats.events)])
+    metric(
+        f"{p}tool_calls_total",
+        "counter",
+        "Chat answers that are tool calls.",
+        [("", stats.tool_calls)],
+    )
     metric(f"{p}engine_steps_total", "counter", "Engine steps.", [("", stats.steps)])
     metric(
         f"{p}engine_lag_seconds_total",
@@ -134,6 +146,54 @@ def render(stats: SimStats, engine: EngineGauges, model_name: str) -> str:
         "Time the engine ran behind its virtual schedule (CPU saturated).",
         [("", stats.lag_seconds)],
     )
+
+    cache = engine.cache
+    hit_rate: list[tuple[str, float]] = []
+    if cache is not None:
+        if cache.queries:
+            hit_rate = [("", cache.hits / cache.queries)]
+        metric(
+            f"{p}prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens of admitted requests looked up in the prefix cache.",
+            [("", cache.queries)],
+        )
+        metric(
+            f"{p}prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prefix cache (no prefill needed).",
+            [("", cache.hits)],
+        )
+        metric(
+            f"{p}prefix_cache_hit_ratio",
+            "gauge",
+            "Cumulative hits / queries of the prefix cache (no sample before a query).",
+            hit_rate,
+        )
+        metric(
+            f"{p}prefix_cache_usage_ratio",
+            "gauge",
+            "Prefix cache blocks held / capacity (0..1).",
+            [("", cache.cached_blocks / cache.capacity_blocks if cache.capacity_blocks else 0.0)],
+        )
+        metric(
+            f"{p}prefix_cache_blocks",
+            "gauge",
+            "Blocks held by the prefix cache.",
+            [("", cache.cached_blocks)],
+        )
+        metric(
+            f"{p}prefix_cache_capacity_blocks",
+            "gauge",
+            "Prefix cache capacity in blocks.",
+            [("", cache.capacity_blocks)],
+        )
+        metric(
+            f"{p}prefix_cache_evicted_blocks_total",
+            "counter",
+            "Blocks evicted from the prefix cache (least recently used).",
+            [("", cache.evicted_blocks)],
+        )
 
     model = f'{{model_name="{_label(model_name)}"}}'
     metric(
@@ -182,6 +242,25 @@ def render(stats: SimStats, engine: EngineGauges, model_name: str) -> str:
         "Alias of llmload_sim_requests_finished_total.",
         success,
     )
+    if cache is not None:
+        metric(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Alias of llmload_sim_prefix_cache_queries_total.",
+            [(model, cache.queries)],
+        )
+        metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Alias of llmload_sim_prefix_cache_hits_total.",
+            [(model, cache.hits)],
+        )
+        metric(
+            "vllm:gpu_prefix_cache_hit_rate",
+            "gauge",
+            "Alias of llmload_sim_prefix_cache_hit_ratio.",
+            [(model, v) for _, v in hit_rate],
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from infra.simserver.config import SimConfig
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
+from infra.simserver.prefix_cache import PrefixCacheConfig
 from infra.simserver.profiles import PROFILES, EngineProfile, get_profile
 
 ENV_PREFIX = "LLMLOAD_SIM_"
@@ -76,6 +77,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     opt("--decode-per-kv-token-ns", type=float, help="extra step time per context token (ns)")
     opt("--output-len", metavar="K|A-B", help="sampled output length unless ignore_eos")
 
+    opt = _adder(parser.add_argument_group("prefix cache and tool calls"))
+    opt(
+        "--prefix-cache",
+        "on",
+        choices=("on", "off"),
+        help="LRU prefix cache of KV blocks shared by all sequences (default on)",
+    )
+    opt("--block-size", 16, type=int, help="tokens per KV block of the prefix cache (default 16)")
+    opt(
+        "--prefix-cache-tokens",
+        type=int,
+        help="prefix cache capacity in tokens (default: the KV budget, --kv-cache-tokens)",
+    )
+    opt(
+        "--tool-call-rate",
+        0.5,
+        type=float,
+        help="share of chat requests with `tools` answered by a tool call (default 0.5)",
+    )
+
     opt = _adder(parser.add_argument_group("fault injection (rates per request, 0..1)"))
     opt("--fault-500-rate", 0.0, type=float, help="HTTP 500 before streaming")
     opt("--fault-drop-rate", 0.0, type=float, help="connection closed mid-stream")
@@ -123,6 +144,12 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         queue_full_status=args.queue_full_status,
         tokens_per_event=IntDist.parse(args.tokens_per_event, minimum=1, what="--tokens-per-event"),
         time_scale=args.time_scale,
+        prefix_cache=PrefixCacheConfig(
+            enabled=args.prefix_cache == "on",
+            block_size=args.block_size,
+            capacity_tokens=args.prefix_cache_tokens,
+        ),
+        tool_call_rate=args.tool_call_rate,
         faults=FaultConfig(
             error_rate=args.fault_500_rate,
             drop_rate=args.fault_drop_rate,

@@ -3,15 +3,20 @@
 Anything the simulator cannot honour is refused with an OpenAI-style error (HTTP 400),
 never silently ignored: `n` other than 1, `stream_options` without `stream`, lengths over
 `max_model_len`.
+
+A prompt's tokens (docs/simserver.md): the whitespace words of every message's content in
+order, plus, for an assistant message with `tool_calls`, the words of each call's
+`function.arguments`; for /v1/completions the prompt's words or its token ids.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from infra.simserver.tokens import count_tokens
+from infra.simserver.tokens import tokenize
 
 Kind = Literal["chat", "completion"]
 
@@ -52,6 +57,9 @@ class GenerationParams:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    prompt: tuple[Hashable, ...] = ()  # the prompt's tokens (words or token ids)
+    tool_name: str | None = None  # the function a tool call would name; None: no tools
+    tool_forced: bool = False  # tool_choice "required" or a named function
 
 
 def _bad(message: str, param: str | None = None) -> RequestRejected:
@@ -78,13 +86,13 @@ def _opt_bool(body: dict[str, Any], name: str) -> bool:
     return value
 
 
-def _content_tokens(content: Any, where: str) -> int:
+def _content_words(content: Any, where: str, out: list[Hashable]) -> None:
     if content is None:
-        return 0
+        return
     if isinstance(content, str):
-        return count_tokens(content)
+        out += tokenize(content)
+        return
     if isinstance(content, list):
-        total = 0
         for part in content:
             if not isinstance(part, dict):
                 raise _bad(f"{where}: content parts must be objects", "messages")
@@ -92,36 +100,95 @@ def _content_tokens(content: Any, where: str) -> int:
                 text = part.get("text")
                 if not isinstance(text, str):
                     raise _bad(f"{where}: a text part needs a string `text`", "messages")
-                total += count_tokens(text)
+                out += tokenize(text)
             else:
                 raise _bad(f"{where}: content part type {part.get('type')!r} is not supported")
-        return total
+        return
     raise _bad(f"{where}: `content` must be a string or a list of parts", "messages")
 
 
-def chat_prompt_tokens(body: dict[str, Any]) -> int:
+def _tool_call_words(calls: Any, where: str, out: list[Hashable]) -> None:
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise _bad(f"{where}: `tool_calls` must be a list", "messages")
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(arguments, str):
+            raise _bad(
+                f"{where}: tool_calls[{j}] needs `function.arguments` as a string", "messages"
+            )
+        out += tokenize(arguments)
+
+
+def chat_prompt(body: dict[str, Any]) -> tuple[Hashable, ...]:
+    """The prompt's tokens: content words of every message in order, then (assistant
+    messages) the argument words of each tool call. Roles and templates add none."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("`messages` must be a non-empty list", "messages")
-    total = 0
+    words: list[Hashable] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise _bad(f"messages[{i}] must be an object with a string `role`", "messages")
-        total += _content_tokens(message.get("content"), f"messages[{i}]")
-    return total
+        _content_words(message.get("content"), f"messages[{i}]", words)
+        _tool_call_words(message.get("tool_calls"), f"messages[{i}]", words)
+    return tuple(words)
 
 
-def completion_prompt_tokens(body: dict[str, Any]) -> int:
+def completion_prompt(body: dict[str, Any]) -> tuple[Hashable, ...]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return count_tokens(prompt)
+        return tuple(tokenize(prompt))
     if isinstance(prompt, list) and all(
         isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):
-        return len(prompt)  # pre-tokenised: one token per id
+        return tuple(prompt)  # pre-tokenised: one token per id
     raise _bad("`prompt` must be a string, a list of token ids, or a batch of one", "prompt")
+
+
+def _tool_names(tools: Any) -> list[str]:
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise _bad("`tools` must be a list", "tools")
+    names = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise _bad(f"tools[{i}] needs `function.name` as a non-empty string", "tools")
+        names.append(name)
+    return names
+
+
+def tool_call_choice(body: dict[str, Any]) -> tuple[str | None, bool]:
+    """(the function a tool call would name, whether a call is forced) from `tools` and
+    `tool_choice`; (None, False) when the request cannot get a tool call."""
+    names = _tool_names(body.get("tools"))
+    choice = body.get("tool_choice")
+    if choice is None or choice == "auto":
+        return (names[0], False) if names else (None, False)
+    if choice == "none":
+        return None, False
+    if not names:
+        raise _bad("`tool_choice` needs a non-empty `tools` list", "tool_choice")
+    if choice == "required":
+        return names[0], True
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise _bad(
+            '`tool_choice` must be "none", "auto", "required" or '
+            '{"type": "function", "function": {"name": ...}}',
+            "tool_choice",
+        )
+    if name not in names:
+        raise _bad(f"`tool_choice` names {name!r}, which is not in `tools`", "tool_choice")
+    return name, True
 
 
 def parse_generation(
@@ -147,7 +214,9 @@ def parse_generation(
     n = _opt_int(body, "n", 1)
     if n is not None and n != 1:
         raise _bad("only `n` = 1 is supported by the simulator", "n")
-    prompt_tokens = chat_prompt_tokens(body) if kind == "chat" else completion_prompt_tokens(body)
+    prompt = chat_prompt(body) if kind == "chat" else completion_prompt(body)
+    prompt_tokens = len(prompt)
+    tool_name, tool_forced = tool_call_choice(body) if kind == "chat" else (None, False)
     max_tokens = _opt_int(body, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _opt_int(body, "max_tokens", 1)
@@ -189,4 +258,7 @@ def parse_generation(
         stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous,
+        prompt=prompt,
+        tool_name=tool_name,
+        tool_forced=tool_forced,
     )

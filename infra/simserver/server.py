@@ -14,6 +14,7 @@ from infra.simserver.config import SimConfig
 from infra.simserver.engine import Engine
 from infra.simserver.http import HttpConnection
 from infra.simserver.metrics import SimStats
+from infra.simserver.prefix_cache import PrefixCache
 from infra.simserver.truth import TruthLog
 
 
@@ -24,7 +25,10 @@ class SimServer:
         config.check()
         self.config = config
         self.stats = SimStats()
-        self.engine = Engine(config.profile, self.stats, config.time_scale)
+        cache = None
+        if config.prefix_cache.enabled:
+            cache = PrefixCache(config.prefix_cache.block_size, config.prefix_cache_tokens)
+        self.engine = Engine(config.profile, self.stats, config.time_scale, cache)
         self.truth: TruthLog | None = None
         self.app: SimApp | None = None
         self.port = 0

@@ -2,15 +2,30 @@
 token: each request encodes its fixed parts once and splices text and counts in.
 
 Output words are ASCII letters with a leading space, so they need no JSON escaping.
+
+A chat answer that is a tool call streams as vLLM does: after the role event, the first
+generated token opens the call (id, type, function name and the first argument words),
+then argument deltas carry the next words, and the finish event says "tool_calls". The
+call's opening is output, sent when the model has produced it: its time is the first
+token's, not the role event's (which leaves before the request is admitted).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from infra.simserver.schema import Kind
 
 DONE = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The one tool call of an answer: its id (`call_<hex>`) and the function it names."""
+
+    id: str
+    name: str
 
 
 class ChunkEncoder:
@@ -25,7 +40,9 @@ class ChunkEncoder:
         "_finish_close",
         "_usage_open",
         "_prompt_tokens",
+        "_details",
         "_continuous",
+        "_call_open",
     )
 
     def __init__(
@@ -36,6 +53,7 @@ class ChunkEncoder:
         model: str,
         prompt_tokens: int,
         continuous_usage: bool,
+        tool_call: ToolCall | None = None,
     ) -> None:
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         common = b'{"id":%b,"object":"%b","created":%d,"model":%b,' % (
@@ -45,10 +63,28 @@ class ChunkEncoder:
             json.dumps(model).encode(),
         )
         self._head = b"data: " + common + b'"choices":[{"index":0,'
-        if kind == "chat":
+        self._role: bytes | None = None
+        self._call_open: bytes | None = None
+        if kind == "chat" and tool_call is not None:
+            self._content_open = (
+                self._head + b'"delta":{"tool_calls":[{"index":0,"function":{"arguments":"'
+            )
+            self._content_close = b'"}}]},"logprobs":null,"finish_reason":null}]'
+            self._role = (
+                self._head + b'"delta":{"role":"assistant","content":""},'
+                b'"logprobs":null,"finish_reason":null}]'
+            )
+            # the first generated token opens the call: id, type, name and the first words
+            self._call_open = (
+                self._head + b'"delta":{"tool_calls":[{"index":0,"id":%b,"type":"function",'
+                b'"function":{"name":%b,"arguments":"'
+                % (json.dumps(tool_call.id).encode(), json.dumps(tool_call.name).encode())
+            )
+            self._finish_open = self._head + b'"delta":{},"logprobs":null,"finish_reason":"'
+        elif kind == "chat":
             self._content_open = self._head + b'"delta":{"content":"'
             self._content_close = b'"},"logprobs":null,"finish_reason":null}]'
-            self._role: bytes | None = (
+            self._role = (
                 self._head + b'"delta":{"role":"assistant","content":""},'
                 b'"logprobs":null,"finish_reason":null}]'
             )
@@ -56,19 +92,25 @@ class ChunkEncoder:
         else:
             self._content_open = self._head + b'"text":"'
             self._content_close = b'","logprobs":null,"finish_reason":null}]'
-            self._role = None
             self._finish_open = self._head + b'"text":"","logprobs":null,"finish_reason":"'
         self._finish_close = b'","stop_reason":null}]'
         self._usage_open = b"data: " + common + b'"choices":[]'
         self._prompt_tokens = prompt_tokens
+        self._details = b""
         self._continuous = continuous_usage
+
+    def set_cached(self, cached_tokens: int) -> None:
+        """From now on usage carries `prompt_tokens_details.cached_tokens` (known once the
+        engine has admitted the request, i.e. after the role event)."""
+        self._details = b',"prompt_tokens_details":{"cached_tokens":%d}' % cached_tokens
 
     def _usage(self, completion_tokens: int) -> bytes:
         p = self._prompt_tokens
-        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
             p,
             p + completion_tokens,
             completion_tokens,
+            self._details,
         )
 
     def _tail(self, completion_tokens: int) -> bytes:
@@ -77,13 +119,17 @@ class ChunkEncoder:
         return b"}\n\n"
 
     def role(self) -> bytes | None:
-        """The first chat event (role only, empty content); None for completions."""
+        """The first chat event (role and empty content, or role and the opened tool call);
+        None for completions."""
         if self._role is None:
             return None
         return self._role + self._tail(0)
 
     def content(self, text: bytes, completion_tokens: int) -> bytes:
-        return self._content_open + text + self._content_close + self._tail(completion_tokens)
+        opening = self._content_open
+        if self._call_open is not None:  # a tool call's first event names the function
+            opening, self._call_open = self._call_open, None
+        return opening + text + self._content_close + self._tail(completion_tokens)
 
     def finish(self, reason: str, completion_tokens: int) -> bytes:
         return (

@@ -20,8 +20,13 @@ _VOCAB_SIZE = 512
 _STREAM_LENGTH = 4096
 
 
+def tokenize(text: str) -> list[str]:
+    """The documented rule: a text's tokens are its whitespace-separated words."""
+    return text.split()
+
+
 def count_tokens(text: str) -> int:
-    """The documented rule: whitespace-separated words."""
+    """The documented rule: the number of whitespace-separated words."""
     return len(text.split())
 
 

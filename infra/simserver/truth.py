@@ -1,10 +1,11 @@
 """Ground-truth log: one JSON line per request, written when the request ends.
 
 Fields (docs/simserver.md): request_id, path, status, outcome, arrival_unix_ns, stream,
-prompt_tokens, completion_tokens, finish_reason, faults, headers_offset_ns and events, a list
-of [offset_ns, tokens] per SSE event written, offsets from the moment the full request was
-received (time.perf_counter_ns on the server), taken just before the bytes were handed to
-the socket. Lines are flushed as they are written.
+prompt_tokens, completion_tokens, cached_tokens (prompt tokens found in the prefix cache;
+null when never admitted), tool_call (the answer was a tool call), finish_reason, faults,
+headers_offset_ns and events, a list of [offset_ns, tokens] per SSE event written, offsets
+from the moment the full request was received (time.perf_counter_ns on the server), taken
+just before the bytes were handed to the socket. Lines are flushed as they are written.
 """
 
 from __future__ import annotations

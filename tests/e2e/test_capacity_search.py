@@ -18,6 +18,8 @@ import pytest
 
 from tests.support.chat import run_locust, start_sim
 
+pytestmark = pytest.mark.slow  # about 80 s: `make test-slow`
+
 SEQS = 8
 DECODE_MS = 10
 OUTPUT = 20

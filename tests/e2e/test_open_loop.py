@@ -118,6 +118,7 @@ def test_the_report_gives_the_achieved_rate_and_the_slip(
     assert "plot-latency-rate" in (tmp_path / "report" / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_gamma_arrivals_have_the_asked_burstiness(tmp_path: Path) -> None:
     _, requests, manifest, truth = _run(tmp_path, "gamma:2")
     (step,) = manifest["steps"]
@@ -128,6 +129,7 @@ def test_gamma_arrivals_have_the_asked_burstiness(tmp_path: Path) -> None:
     assert (len(times) - 1) / ((times[-1] - times[0]) / 1e9) == pytest.approx(RATE, rel=0.15)
 
 
+@pytest.mark.slow
 def test_a_worker_that_joins_gets_a_share_at_the_next_step(tmp_path: Path) -> None:
     """One worker at the start; a second joins during step 0: step 1 is shared by both."""
     import os

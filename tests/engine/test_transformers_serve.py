@@ -318,3 +318,28 @@ def test_without_a_tokenizer_the_report_states_the_prompt_offset(
         w.startswith(f"step {step['step']}: prompts came out") and "give --tokenizer" in w
         for w in report.warnings
     ), report.warnings
+
+
+def test_multi_turn_sessions_complete_against_a_real_engine(
+    server: TransformersServe, tiny_model: Path, tmp_path: Path
+) -> None:
+    """3-turn conversations: every turn resends the history, which the engine counts."""
+    r = run(server, tmp_path / "runs", *STEPS, "--workload", "D(32,8)", "--turns", "3",
+            "--followup-workload", "D(8,8)", "--think-time", "0.05",
+            "--tokenizer", str(tiny_model))  # fmt: skip
+    req = r.requests
+    failed = req[~req["status"].isin(["ok", "aborted"])]
+    assert failed.empty, failed[["status", "error_kind", "error_detail"]].to_string()
+    assert req["session_id"].notna().all() and set(req["turn"]) == {0, 1, 2}
+    ok = r.ok
+    complete = ok.groupby("session_id").filter(lambda g: len(g) == 3)
+    assert complete["session_id"].nunique() >= 3
+    for _, group in complete.groupby("session_id"):
+        ordered = group.sort_values("turn")
+        prompts = ordered["prompt_tokens"].tolist()
+        # each later turn's prompt holds the earlier turns: longer by at least the last reply
+        # and the new 8-token message (the chat template adds its own tokens around them)
+        for k in (1, 2):
+            assert prompts[k] >= prompts[k - 1] + ordered["output_tokens"].iloc[k - 1] + 8
+        assert ordered["history_tokens"].iloc[1:].notna().all()
+    assert (ok.loc[ok["turn"] == 0, "prompt_tokens"] == 32).all()  # exact with the tokenizer

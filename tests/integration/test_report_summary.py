@@ -61,6 +61,18 @@ def closed_loop() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def no_sessions() -> dict[str, Any]:
+    """The session columns of a run without sessions (schema 1.3): missing, never 0; and no
+    cached-token share where the server reported none."""
+    nan = float("nan")
+    return {
+        "sessions": None, "sessions_complete": None, "sessions_error": None,
+        "sessions_cut": None, "session_turns_mean": nan, "session_e2e_p50_s": nan,
+        "session_e2e_p99_s": nan, "tool_wait_s_mean": nan, "think_s_mean": nan,
+        "cached_tokens_pct": nan,
+    }  # fmt: skip
+
+
 def window(start_s: float, end_s: float, source: str = "manifest") -> dict[str, Any]:
     return {
         "window_start_ns": T0_NS + ns(start_s),
@@ -90,6 +102,7 @@ COLD = {
     **errors(),
     **unmeasured(),
     **closed_loop(),
+    **no_sessions(),
     "slo_pass": None, "slo_failures": "",
 }  # fmt: skip
 
@@ -123,6 +136,7 @@ STEP0 = {
     **errors(http_5xx=1),
     **unmeasured(),
     **closed_loop(),
+    **no_sessions(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
 }  # fmt: skip
 
@@ -149,6 +163,7 @@ STEP1 = {
     **errors(stream_error=1, cancelled=1),
     **unmeasured(),
     **closed_loop(),
+    **no_sessions(),
     "slo_pass": True, "slo_failures": "",
 }  # fmt: skip
 
@@ -168,6 +183,7 @@ STEP2 = {
     **errors(queue_rejected=1, connect=1),
     **unmeasured(None),
     **closed_loop(),
+    **no_sessions(),
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
 }  # fmt: skip
@@ -203,7 +219,7 @@ def test_every_summary_column_matches_hand_computed_values(report) -> None:  # t
 
 def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.2" and doc["kind"] == "llmload.summary"
+    assert doc["schema_version"] == "1.3" and doc["kind"] == "llmload.summary"
     assert doc["simulated"] is False
     assert doc["run"]["target"]["model"] == "tiny-llama"
     assert doc["slo"]["best_concurrency"] == 4 and doc["slo"]["failed"] is True

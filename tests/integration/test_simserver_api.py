@@ -30,7 +30,12 @@ def test_streaming_chat_framing_and_usage(sim: RunningSim) -> None:
     assert finish["choices"][0]["finish_reason"] == "length"
     usage = events[-1]
     assert usage["choices"] == []
-    assert usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    assert usage["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 0},  # 5 tokens: not one full block
+    }
     assert count_tokens(stream.text()) == 7
 
 

@@ -11,6 +11,15 @@ Open-loop (rate) steps, schema 1.2:
     run.add_arrival(step=0, rate=5.0, index=0, intended_s=1.1, slip_s=0.002, chunks=[(0.05, 1)])
     run.add_arrival(step=0, rate=5.0, index=1, intended_s=1.3, dropped=True)
 
+Sessions, schema 1.3: turns sent one after another (each `wait_s` after the previous end);
+a chunk may name its kind, `(offset, tokens, "tool_call")`:
+
+    run.add_session("s1", step=0, started_s=2.0, planned=2, turns=[
+        {"chunks": [(0.1, 3, "tool_call")], "tool_calls": 1, "prompt_tokens": 120},
+        {"kind": "tool_result", "wait_s": 0.5, "chunks": [(0.1, 2)], "cached_tokens": 96},
+        {"wait_s": 1.0, "chunks": [(0.2, 4)]},
+    ])
+
 Times are seconds: `sent_s` from the run's wall-clock origin T0_NS, offsets from the send.
 Written through analysis.storage, so an `s3://` events URI works too; `write(...,
 schema_version="1.1")` writes parts and a manifest as a 1.1 writer did (no 1.2 columns).
@@ -39,10 +48,15 @@ from analysis.storage import join_uri, open_store
 
 T0_NS = 1_700_000_000_000_000_000
 
+SESSION_COLUMNS = ("session_id", "turn", "session_turns", "turn_kind", "wait_ns", "tool_calls",
+                   "cached_tokens", "history_tokens")  # fmt: skip
+"""Request columns of schema 1.3 (sessions and tool rounds)."""
+
 NEWER_COLUMNS = {
     "1.0": ("coalesced_events", "worker_stall_ns", "rate", "arrival_index", "intended_ns",
-            "queued_ns"),
-    "1.1": ("rate", "arrival_index", "intended_ns", "queued_ns"),
+            "queued_ns", *SESSION_COLUMNS),
+    "1.1": ("rate", "arrival_index", "intended_ns", "queued_ns", *SESSION_COLUMNS),
+    "1.2": SESSION_COLUMNS,
 }  # fmt: skip
 """Request columns a writer of that schema version did not have."""
 
@@ -155,11 +169,55 @@ class RunBuilder:
             **columns, **extra,
         )  # fmt: skip
 
+    def add_session(
+        self,
+        session_id: str,
+        *,
+        started_s: float,
+        turns: list[dict[str, Any]],
+        planned: int | None = None,
+        step: int = 0,
+        concurrency: int = 1,
+        worker: str | None = None,
+        history_per_turn: int = 0,
+    ) -> list[str]:
+        """One session's turns as a 1.3 writer records them: turn i is sent `wait_s` after
+        turn i-1 ended (turn 0 at `started_s`, `wait_ns` 0); each dict holds add_request
+        arguments plus `wait_s`, `kind` (turn_kind, default `user`) and `tool_calls`
+        (default 0). `planned`: session_turns (default: the user turns given). Each turn
+        resends `history_per_turn` tokens per earlier turn (history_tokens)."""
+        users = sum(1 for t in turns if t.get("kind", "user") == "user")
+        sent_s, ids = started_s, []
+        for i, spec in enumerate(turns):
+            spec = dict(spec)
+            wait_s = spec.pop("wait_s", 0.0) if i else 0.0
+            sent_s += wait_s
+            chunks = spec.get("chunks", ())
+            spec.setdefault("end_s", (chunks[-1][0] + 0.01) if chunks else 0.05)
+            ids.append(
+                self.add_request(
+                    sent_s=sent_s,
+                    step=spec.pop("step", step),
+                    concurrency=concurrency,
+                    worker=worker,
+                    session_id=session_id,
+                    turn=i,
+                    session_turns=planned if planned is not None else users,
+                    turn_kind=spec.pop("kind", "user"),
+                    wait_ns=ns(wait_s),
+                    tool_calls=spec.pop("tool_calls", 0),
+                    history_tokens=spec.pop("history_tokens", history_per_turn * i),
+                    **spec,
+                )  # fmt: skip
+            )
+            sent_s += spec["end_s"]
+        return ids
+
     def add_request(
         self,
         *,
         sent_s: float,
-        chunks: list[tuple[float, int]] = (),  # type: ignore[assignment]
+        chunks: list[tuple[float, int] | tuple[float, int, str]] = (),  # type: ignore[assignment]
         end_s: float | None = None,
         step: int = 0,
         concurrency: int = 1,
@@ -176,9 +234,13 @@ class RunBuilder:
     ) -> str:
         worker = worker or self.workers[0]
         rid = request_id or f"req-{len(self.requests):04d}"
-        offsets = [ns(o) for o, _ in chunks]
-        with_tokens = [ns(o) for o, k in chunks if k > 0]
-        total = sum(k for _, k in chunks)
+        kinds = [c[2] if len(c) > 2 else "content" for c in chunks]  # type: ignore[misc]
+        offsets = [ns(c[0]) for c in chunks]
+        with_tokens = [ns(c[0]) for c in chunks if c[1] > 0]  # any kind: output tokens
+        content = [
+            ns(c[0]) for c, k in zip(chunks, kinds, strict=True) if c[1] > 0 and k == "content"
+        ]
+        total = sum(c[1] for c in chunks)
         if end_s is None:
             end_s = (chunks[-1][0] + 0.01) if chunks else 0.05
         self.requests.append(
@@ -200,7 +262,7 @@ class RunBuilder:
                 "headers_ns": min([ns(0.001), *offsets, ns(end_s)]),
                 "first_event_ns": offsets[0] if offsets else None,
                 "first_token_ns": with_tokens[0] if with_tokens else None,
-                "first_content_ns": with_tokens[0] if with_tokens else None,
+                "first_content_ns": content[0] if content else None,
                 "last_token_ns": with_tokens[-1] if with_tokens else None,
                 "end_ns": ns(end_s),
                 "http_status": 200 if status == "ok" else 500,
@@ -217,7 +279,7 @@ class RunBuilder:
                 **extra,
             }
         )
-        for seq, (offset, tokens) in enumerate(chunks):
+        for seq, ((offset, tokens, *_), kind) in enumerate(zip(chunks, kinds, strict=True)):
             self.chunks.append(
                 {
                     "run_id": self.run_id,
@@ -227,7 +289,7 @@ class RunBuilder:
                     "offset_ns": ns(offset),
                     "tokens": tokens,
                     "chars": 4 * tokens,
-                    "kind": "content",
+                    "kind": kind,
                 }
             )
         return rid
@@ -417,4 +479,52 @@ def known_run(run_id: str = "known", *, simulated: bool = False) -> RunBuilder:
         sent_s=31.0, **s2, worker="w1", status="error", error_kind="queue_rejected", end_s=0.01
     )
     b.add_request(sent_s=32.0, **s2, worker="w2", status="error", error_kind="connect", end_s=0.02)
+    return b
+
+
+def session_run(run_id: str = "sessions") -> RunBuilder:
+    """The hand-computed sessions run of tests/integration/test_report_sessions.py.
+
+    Step 0 (c=2): window [0, 20] s. Step 1 (c=2): window [20, 40] s. Every prompt asked for
+    100 new tokens; turn 0 came out at exactly 100, later turns resend history (+40, +100).
+    - s-complete (w1, 1.0 s): a user turn answered by a tool call (two tool_call chunks),
+      its tool_result turn 0.5 s later, a second user turn 2.0 s after that: complete.
+    - s-error (w2, 2.0 s): turn 1 fails (http_5xx): error.
+    - s-cut (w1, 5.0 s): turn 1 aborted by the run's end: cut.
+    - s-missing (w2, 6.0 s): 3 turns planned, one sent (no cached_tokens reported): cut.
+    - s-no-result (w1, 8.0 s): a tool call never followed by its tool_result: cut.
+    - s-late (w2, 21.0 s): step 1, one turn: complete.
+    """
+    b = RunBuilder(run_id, workers=("w1", "w2"))
+    b.add_step(0, 2, started_s=0, spawned_s=0, ended_s=20)
+    b.add_step(1, 2, started_s=20, spawned_s=20, ended_s=40)
+    s0 = {"step": 0, "concurrency": 2}
+    b.add_session("s-complete", started_s=1.0, planned=2, worker="w1", **s0, turns=[
+        {"chunks": [(0.2, 3, "tool_call"), (0.3, 2, "tool_call")], "end_s": 0.35,
+         "tool_calls": 1, "prompt_tokens": 100, "cached_tokens": 0},
+        {"kind": "tool_result", "wait_s": 0.5, "chunks": [(0.1, 2), (0.2, 2)], "end_s": 0.25,
+         "prompt_tokens": 140, "cached_tokens": 96},
+        {"wait_s": 2.0, "chunks": [(0.05, 1), (0.15, 1)], "end_s": 0.2, "prompt_tokens": 200,
+         "cached_tokens": 128},
+    ], history_per_turn=50)  # fmt: skip
+    b.add_session("s-error", started_s=2.0, planned=3, worker="w2", **s0, turns=[
+        {"chunks": [(0.3, 2)], "end_s": 0.4, "prompt_tokens": 100, "cached_tokens": 0},
+        {"wait_s": 1.0, "status": "error", "error_kind": "http_5xx", "end_s": 0.05},
+    ])  # fmt: skip
+    b.add_session("s-cut", started_s=5.0, planned=2, worker="w1", **s0, turns=[
+        {"chunks": [(0.1, 1), (0.2, 1)], "end_s": 0.25, "prompt_tokens": 100,
+         "cached_tokens": 0},
+        {"wait_s": 0.5, "status": "aborted", "error_kind": "aborted", "chunks": [(0.1, 1)],
+         "end_s": 0.15},
+    ])  # fmt: skip
+    b.add_session("s-missing", started_s=6.0, planned=3, worker="w2", **s0, turns=[
+        {"chunks": [(0.4, 1)], "end_s": 0.5, "prompt_tokens": 100},
+    ])  # fmt: skip
+    b.add_session("s-no-result", started_s=8.0, planned=1, worker="w1", **s0, turns=[
+        {"chunks": [(0.2, 2, "tool_call")], "end_s": 0.3, "tool_calls": 1,
+         "prompt_tokens": 100, "cached_tokens": 0},
+    ])  # fmt: skip
+    b.add_session("s-late", started_s=21.0, planned=1, worker="w2", step=1, concurrency=2,
+                  turns=[{"chunks": [(0.25, 2)], "end_s": 0.3, "prompt_tokens": 100,
+                          "cached_tokens": 64}])  # fmt: skip
     return b

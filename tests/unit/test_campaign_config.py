@@ -342,3 +342,29 @@ def test_every_config_key_is_documented() -> None:
     documented = set(re.findall(r"^\| `([^`]+)` \|", doc, flags=re.MULTILINE))
     missing = [k for k in _keys(Campaign) if k not in documented]
     assert not missing, f"keys missing from docs/campaign-config.md: {missing}"
+
+
+def test_session_keys_reach_the_master_command_only_when_set() -> None:
+    c = parse_campaign({**MINIMAL, "turns": "U(2,4)", "think_time": 2, "history": "window:3",
+                        "followup_workload": "D(8,4)", "tool_rate": 0.25, "tool_latency": "exp(1)"})  # fmt: skip
+    cmd = master_command(c, c.workload[0], "r1", 1)
+    assert _flag(cmd, "--turns") == "U(2,4)" and _flag(cmd, "--think-time") == "2"
+    assert _flag(cmd, "--history") == "window:3" and _flag(cmd, "--followup-workload") == "D(8,4)"
+    assert _flag(cmd, "--tool-rate") == "0.25" and _flag(cmd, "--tool-latency") == "exp(1)"
+    plain = master_command(parse_campaign(MINIMAL), NamedWorkload("a", "D(8,4)"), "r1", 1)
+    assert not {"--turns", "--think-time", "--history", "--tool-rate"} & set(plain)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [({"turns": 0}, "key 'turns' is not valid (must be an integer >= 1"),
+     ({"think_time": "soon"}, "key 'think_time' is not valid (not understood"),
+     ({"history": "window:0"}, "key 'history' is not valid"),
+     ({"followup_workload": "conversations:x.jsonl"}, "key 'followup_workload' is not valid"),
+     ({"tool_rate": 1.5}, "key 'tool_rate' must be between 0 and 1 (inclusive)"),
+     ({"tool_latency": [1]}, "key 'tool_latency' must be a number or a string")],
+)  # fmt: skip
+def test_bad_session_keys_are_one_line(change: dict[str, Any], expected: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_campaign({**MINIMAL, **change})
+    assert expected in str(info.value) and "\n" not in str(info.value)

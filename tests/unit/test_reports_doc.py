@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from analysis.schema import ERROR_KINDS
+from analysis.sessions import SESSION_COLUMNS, TURN_COLUMNS
 from analysis.stats import STATS
 from analysis.steps import LATENCY_METRICS, PER_REQUEST_COLUMNS
 from tests.integration.test_report_summary import EXPECTED
@@ -36,3 +37,11 @@ def test_summary_columns_are_documented() -> None:
 
 def test_request_columns_are_documented() -> None:
     assert documented("`requests.csv` / `requests.parquet` columns") == set(PER_REQUEST_COLUMNS)
+
+
+def test_session_columns_are_documented() -> None:
+    assert documented("`sessions.csv` / `sessions.parquet` columns") == set(SESSION_COLUMNS)
+
+
+def test_turn_columns_are_documented() -> None:
+    assert documented("Sessions by turn") == set(TURN_COLUMNS)
