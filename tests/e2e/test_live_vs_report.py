@@ -85,9 +85,10 @@ def test_the_tab_agrees_with_the_report_and_the_endpoint_parses(tmp_path: Path) 
                 report = browser.new_page()
                 report.on("pageerror", lambda e: errors.append(str(e)))
                 deadline = time.monotonic() + 90
-                while True:
-                    report.goto(f"{base}/llmload/report")
-                    if report.locator("h1").filter(has_text="llmload report: ").count():
+                while True:  # a 202 "llmload report: building" page first, then the report
+                    answer = report.goto(f"{base}/llmload/report")
+                    built = answer is not None and answer.status == 200
+                    if built and report.locator("h1").filter(has_text="llmload report: ").count():
                         break
                     assert time.monotonic() < deadline, report.content()[:500]
                     time.sleep(1)
