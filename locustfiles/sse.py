@@ -217,12 +217,57 @@ def socket_reader(sock: Any) -> Reader:
                 and len(payload) >= _TIMESPEC.size
             ):
                 sec, nsec = _TIMESPEC.unpack_from(payload)
-                lag = wall - (sec * 1_000_000_000 + nsec)
+                lag = wall - (sec * 1_000_000_000 + nsec) - kernel_skew_ns()
                 if 0 <= lag < 1_000_000_000:  # sane (no clock step): use the kernel's time
                     return data, perf - lag
         return data, perf
 
     return read
+
+
+_kernel_skew: list[int] = []
+
+
+def kernel_skew_ns() -> int:
+    """How far this process's wall clock (time.time_ns) runs from the kernel's, in ns.
+
+    0 on a normal host, where both are CLOCK_REALTIME. A process whose time is shifted in
+    user space only (libfaketime, as the multi-host tests use to fake a skewed host) would
+    otherwise move every kernel receive timestamp by the shift. Measured once: the smallest
+    difference between time_ns() just after a loopback datagram's read and the kernel's
+    timestamp of it, over a few tries (a datagram is read microseconds after it arrives).
+    """
+    if not _kernel_skew:
+        _kernel_skew.append(_measure_kernel_skew())
+    return _kernel_skew[0]
+
+
+def _measure_kernel_skew(tries: int = 5) -> int:
+    if SO_TIMESTAMPNS is None:
+        return 0
+    best: int | None = None
+    try:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
+        ):
+            rx.bind(("127.0.0.1", 0))
+            rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            rx.settimeout(1.0)
+            for _ in range(tries):
+                tx.sendto(b"t", rx.getsockname())
+                _, ancdata, _, _ = rx.recvmsg(16, _ANC_SIZE)
+                wall = _time_ns()
+                for level, kind, payload in ancdata:
+                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                        sec, nsec = _TIMESPEC.unpack_from(payload)
+                        diff = wall - (sec * 1_000_000_000 + nsec)
+                        best = diff if best is None or abs(diff) < abs(best) else best
+    except OSError:
+        return 0
+    if best is None or abs(best) < 1_000_000:  # under 1 ms: the same clock, read late
+        return 0
+    return best
 
 
 def _dechunk(

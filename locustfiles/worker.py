@@ -36,6 +36,7 @@ from locustfiles.record import RequestRecord
 from locustfiles.secrets import redact, secret_values
 from locustfiles.sessions import TOOLS, Session, Turn
 from locustfiles.sink import EventSink, SinkConfig
+from locustfiles.sse import kernel_skew_ns
 from locustfiles.steps import StepState
 from locustfiles.warmup import freeze_gc, warm_up
 from locustfiles.workloads import RequestSpec
@@ -108,6 +109,11 @@ class WorkerContext:
         try:
             # everything slow done once now, before the first measured request (warmup.py)
             seconds = warm_up(self.sink.encode_context)
+            skew = kernel_skew_ns()  # measured once, before any request (sse.py)
+            if skew:
+                log.warning("llmload: this process's clock runs %.1f ms from the kernel's "
+                            "(a user-space clock shift); kernel receive times are moved by it",
+                            skew / 1e6)  # fmt: skip
             log.info("llmload: encoding and Parquet warmed up in %.2f s", seconds)
             if options.gc_freeze:
                 freeze_gc()

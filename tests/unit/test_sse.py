@@ -92,3 +92,9 @@ def test_dechunk_reports_a_body_cut_short() -> None:
 def test_dechunk_rejects_garbage_sizes() -> None:
     with pytest.raises(BodyError, match="bad chunk size"):
         list(_dechunk(reader([b"zz\r\nabc\r\n"]), reader([])))
+
+
+def test_the_kernel_clock_skew_of_a_normal_process_is_zero() -> None:
+    from locustfiles.sse import _measure_kernel_skew
+
+    assert _measure_kernel_skew() == 0  # time_ns() and the kernel's timestamps agree here
