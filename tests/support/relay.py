@@ -6,9 +6,10 @@
 Every chunk read on either side is written to the other DELAY ± JITTER ms after it arrived
 (uniform jitter), never before the chunk before it (the byte stream keeps its order), so a
 request and each of its response's chunks travel one added delay each way: a round trip of
-about 2 x DELAY, like a link with that one-way latency. With `--reset-rate R`, a fraction R
-of connections is reset (RST, SO_LINGER 0) after a random number of response chunks (0 to
-20): the client sees a connection reset, as on a flaky link. Stops on SIGTERM/SIGINT.
+about 2 x DELAY, like a link with that one-way latency. With `--reset-rate R`, each request
+(a chunk from the client) dooms its connection with probability R: after a random number
+of further response chunks (0 to 20) the client's side is reset (RST, SO_LINGER 0), as on a
+flaky link; clients reconnect. Stops on SIGTERM/SIGINT.
 
 Used by the multi-host tests (tests/multihost/), inside the target's network namespace: the
 kernel here has no `netem` qdisc.
@@ -46,10 +47,10 @@ class Link:
         except OSError:
             _reset(writer)
             return
-        reset_after = self.rng.randint(0, 20) if self.rng.random() < self.reset_rate else None
+        fate = _Fate()  # a request (a chunk from the client) may doom its connection
         tasks = [
-            asyncio.ensure_future(self._pump(reader, up_writer, None)),
-            asyncio.ensure_future(self._pump(up_reader, writer, reset_after)),
+            asyncio.ensure_future(self._pump(reader, up_writer, fate, request_side=True)),
+            asyncio.ensure_future(self._pump(up_reader, writer, fate, request_side=False)),
         ]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         await asyncio.sleep(self.delay_s + self.jitter_s)  # what is in flight arrives
@@ -59,13 +60,20 @@ class Link:
             with contextlib.suppress(Exception):
                 w.close()
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter,
-                    reset_after: int | None) -> None:  # fmt: skip
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, fate: _Fate,
+                    request_side: bool) -> None:  # fmt: skip
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-        sender = asyncio.ensure_future(self._send(queue, dst, reset_after))
+        sender = asyncio.ensure_future(self._send(queue, dst, None if request_side else fate))
         try:
             while True:
                 data = await src.read(_CHUNK)
+                if (
+                    request_side
+                    and data
+                    and fate.left is None
+                    and self.rng.random() < self.reset_rate
+                ):
+                    fate.left = self.rng.randint(0, 20)  # response chunks before the reset
                 due = time.monotonic() + self._delay()
                 await queue.put((due, data))
                 if not data:
@@ -77,9 +85,8 @@ class Link:
             sender.cancel()
 
     async def _send(self, queue: asyncio.Queue[tuple[float, bytes]], dst: asyncio.StreamWriter,
-                    reset_after: int | None) -> None:  # fmt: skip
+                    fate: _Fate | None) -> None:  # fmt: skip
         last = 0.0
-        sent = 0
         while True:
             due, data = await queue.get()
             due = max(due, last)
@@ -91,13 +98,20 @@ class Link:
                 with contextlib.suppress(Exception):
                     dst.write_eof()
                 return
-            if reset_after is not None and sent >= reset_after:
-                _reset(dst)
-                return
+            if fate is not None and fate.left is not None:
+                if fate.left <= 0:
+                    _reset(dst)
+                    return
+                fate.left -= 1
             dst.write(data)
-            sent += 1
             with contextlib.suppress(ConnectionError, OSError):
                 await dst.drain()
+
+
+class _Fate:
+    """A connection's fate: None, or the response chunks it has left before its reset."""
+
+    left: int | None = None
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

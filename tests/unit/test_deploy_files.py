@@ -10,9 +10,12 @@ from __future__ import annotations
 import fnmatch
 import importlib.util
 import json
+import posixpath
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -126,6 +129,8 @@ def test_compose_services_and_worker_scaling() -> None:
     assert master["LOCUST_MODE_MASTER"] == "true" and master["LOCUST_HEADLESS"] == "true"
     assert "LOCUST_EXPECT_WORKERS" in master
     assert master["LOCUST_EVENTS_URI"].startswith("s3://")
+    # Failed requests are data in the report: the master exits 0, as `llmload campaign`'s
+    assert master["LOCUST_EXIT_CODE_ON_ERROR"] == "0"
 
 
 def test_compose_master_port_5557_is_not_published() -> None:
@@ -254,6 +259,15 @@ def test_k8s_pods_run_as_non_root_without_privileges() -> None:
             assert "cpu" in container["resources"]["requests"], path.name
 
 
+def test_k8s_master_job_completes_when_requests_failed() -> None:
+    # Failed requests are data in the report; exit status 1 would fail the Job (backoffLimit
+    # 0) and `kubectl wait --for=condition=complete` would never return.
+    (job,) = _load(K8S / "master-job.yaml")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LOCUST_EXIT_CODE_ON_ERROR"] == "0"
+
+
 def test_k8s_master_reachable_only_by_workers_on_5557() -> None:
     (service,) = _load(K8S / "master-service.yaml")
     assert service["spec"]["type"] == "ClusterIP"
@@ -291,8 +305,9 @@ def test_every_locust_variable_is_a_known_option() -> None:
 # --- Dockerfile ----------------------------------------------------------------------------
 
 
-def _dockerfile_instructions() -> list[tuple[str, str]]:
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
+def _dockerfile_instructions(text: str | None = None) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile (or of `text`), continuation lines joined."""
+    text = (DOCKERFILE.read_text() if text is None else text).replace("\\\n", " ")
     out = []
     for line in text.splitlines():
         line = line.strip()
@@ -340,6 +355,133 @@ def test_dockerfile_copies_existing_paths_and_sets_the_locustfile() -> None:
     users = [rest for op, rest in instructions if op == "USER"]
     assert users[-1] == "locust", "the image must end as the base image's non-root user"
     assert ("ENTRYPOINT", '["locust"]') in instructions
+
+
+# The image is built from the build context and package indexes only: the base image, the
+# repository's own files (COPY) and `pip install .` with its dependencies. Anything fetched
+# from elsewhere (a script, an archive, a clone) would be code nobody reviewed here.
+DOWNLOADER = re.compile(
+    r"\b(curl|wget|aria2c|svn)\b|\bgit\s+(clone|fetch|pull|submodule)\b|\bgit\+|\b[a-z][a-z0-9+.-]*://",
+    re.IGNORECASE,
+)
+# `pip install` options that take a value (the value is not a requirement).
+PIP_VALUE_OPTIONS = frozenset(
+    {"-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url",
+     "-f", "--find-links", "-t", "--target", "--prefix", "--root", "--src"}
+)  # fmt: skip
+
+
+def _download_steps(text: str) -> list[str]:
+    """Instructions that fetch or unpack code from elsewhere: ADD (URLs, git, archives), a
+    download tool or a URL in RUN, COPY --from another image."""
+    stages = {
+        rest.split()[-1].lower()
+        for op, rest in _dockerfile_instructions(text)
+        if op == "FROM" and len(rest.split()) == 3 and rest.split()[1].upper() == "AS"
+    }
+    bad = []
+    for op, rest in _dockerfile_instructions(text):
+        if op == "ADD":  # fetches URLs and git repositories, unpacks archives: COPY instead
+            bad.append(f"ADD {rest}")
+        elif op == "RUN" and DOWNLOADER.search(rest):
+            bad.append(f"RUN {rest}")
+        elif op == "COPY":
+            froms = re.findall(r"--from=(\S+)", rest)
+            if any(f.lower() not in stages for f in froms):  # another image's files
+                bad.append(f"COPY {rest}")
+    return bad
+
+
+def _shell_commands(run: str) -> list[list[str]]:
+    """The simple commands of a RUN line (split at && || ; | &, quotes respected)."""
+    lexer = shlex.shlex(run, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    commands: list[list[str]] = [[]]
+    for token in lexer:
+        if token in ("&&", "||", ";", "|", "&"):
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return [c for c in commands if c]
+
+
+def _pip_install_targets(run: str) -> list[str]:
+    """What each `pip install` of a RUN line installs (`-e X` kept whole)."""
+    targets = []
+    for words in _shell_commands(run):
+        for i, word in enumerate(words[:-1]):
+            if not (re.fullmatch(r"(.*/)?pip3?(\.\d+)?", word) and words[i + 1] == "install"):
+                continue
+            rest = iter(words[i + 2 :])
+            for arg in rest:
+                if arg in PIP_VALUE_OPTIONS:
+                    next(rest, None)
+                elif arg in ("-e", "--editable"):
+                    targets.append(f"-e {next(rest, '')}")
+                elif not arg.startswith("-"):
+                    targets.append(arg)
+    return targets
+
+
+def test_dockerfile_downloads_nothing() -> None:
+    assert _download_steps(DOCKERFILE.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "RUN curl -fsSL https://example.com/install.sh | sh",
+        "RUN wget -q http://example.com/llmload.tar.gz",
+        "RUN git clone https://github.com/example/llmload /src",
+        "RUN pip install git+https://github.com/example/llmload",
+        "RUN pip3 install https://example.com/llmload-0.1.0.whl",
+        "RUN apt-get update \\\n && curl -O http://example.com/x",
+        "ADD https://example.com/llmload.tar.gz /src/",
+        "ADD llmload.tar.gz /src/",
+        "COPY --from=example/llmload:latest /src /src",
+    ],
+)
+def test_download_check_catches_downloads(step: str) -> None:
+    # The check above means something only if it catches what it is for.
+    assert _download_steps(f"FROM locustio/locust:2.47.0\n{step}\n")
+
+
+def test_pip_install_targets_reads_the_requirements() -> None:
+    run = (
+        "pip3 install --no-cache-dir -r req.txt . && python -c 'import a; print(1)' "
+        "&& python -m pip install -e ./x 'llmload==0.1'"
+    )
+    assert _pip_install_targets(run) == [".", "-e ./x", "llmload==0.1"]
+
+
+def test_dockerfile_installs_llmload_from_the_copied_source() -> None:
+    instructions = _dockerfile_instructions()
+    (install_at,) = [
+        i for i, (op, rest) in enumerate(instructions) if op == "RUN" and _pip_install_targets(rest)
+    ]
+    assert _pip_install_targets(instructions[install_at][1]) == ["."], (
+        "the image installs the copied source (`pip install .`), nothing by name or URL"
+    )
+    workdir, dests, sources = "/", [], set()
+    for op, rest in instructions[:install_at]:
+        if op == "WORKDIR":
+            workdir = posixpath.join(workdir, rest)
+        elif op == "COPY":
+            *srcs, dest = rest.split()
+            dests.append(posixpath.normpath(posixpath.join(workdir, dest)))
+            sources |= {s.rstrip("/") for s in srcs if not s.startswith("--")}
+    assert dests, "no COPY before `pip install .`"
+    for dest in dests:
+        assert dest == workdir or dest.startswith(f"{workdir}/"), (
+            f"`pip install .` runs in {workdir}, but a COPY lands in {dest}"
+        )
+    later = [op for op, _ in instructions[install_at:] if op in ("COPY", "ADD")]
+    assert not later, "files copied after the install are not in the installed package"
+    # Everything the build reads: the project file, its readme, every package it finds.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    needed = {"pyproject.toml", project["project"]["readme"]} | {p.rstrip("*") for p in packages}
+    assert needed <= sources, f"not copied: {sorted(needed - sources)}"
 
 
 def _dockerignored(path: str) -> bool:

@@ -35,9 +35,10 @@ def test_a_stall_is_recorded_with_its_length_and_flags_overlapping_requests() ->
         after = time.perf_counter_ns()
     finally:
         monitor.stop()
-    assert len(stalls) == 1, stalls
-    assert 35e6 <= stalls[0]["length_ns"] <= 60e6
-    assert abs(stalls[0]["started_at_ns"] - time.time_ns()) < 5e9  # a wall-clock time
+    # ours: the one stall of 35 ms or more (a loaded machine may add short ones of its own)
+    (ours,) = [s for s in stalls if s["length_ns"] >= 35e6]
+    assert ours["length_ns"] <= 60e6, stalls
+    assert abs(ours["started_at_ns"] - time.time_ns()) < 5e9  # a wall-clock time
     assert 35e6 <= monitor.overlap_ns(before, after) <= 60e6
     assert monitor.overlap_ns(after, after + 10**9) == 0  # a later request was not touched
     # samples: CPU% of this process (the busy loop is CPU), every probe's lag

@@ -279,7 +279,8 @@ def test_gevent_runtime_without_blocking_the_loop(tmp_path: Path) -> None:
             feed(sink, offset + n * 20, 20)
             gevent.sleep(0.001)
 
-    gevent.joinall([gevent.spawn(worker, k * 1000) for k in range(4)], timeout=10)
+    done = gevent.joinall([gevent.spawn(worker, k * 1000) for k in range(4)], timeout=60)
+    assert len(done) == 4  # (a loaded machine makes the first seals slow: a generous bound)
     report = sink.close(10)
     assert report.complete, report
     assert report.rows == {"requests": 800, "chunks": 8000, "samples": 0, "stalls": 0}
