@@ -133,6 +133,11 @@ class Completeness:
     rows_rejected: dict[str, int] = field(default_factory=dict)  # bad rows refused at encoding
     rows_dropped: dict[str, int] = field(default_factory=dict)  # rows appended after close
     sink_errors: dict[str, list[str]] = field(default_factory=dict)  # first messages
+    # workers whose sink report never reached the master at the end (lost mid-run, or not
+    # flushed in time) and whose own index is not final: worker -> host; and the command
+    # that uploads what their spools hold
+    workers_unconfirmed: dict[str, str] = field(default_factory=dict)
+    upload_command: str = "llmload upload-spool SPOOL_DIR --events-uri EVENTS_URI"
 
     @property
     def workers_missing(self) -> list[str]:
@@ -146,6 +151,7 @@ class Completeness:
             or self.row_mismatches
             or self.workers_missing
             or self.workers_without_final_index
+            or self.workers_unconfirmed
             or self.rows_rejected
             or self.rows_dropped
         )
@@ -166,15 +172,21 @@ class Completeness:
         if self.row_mismatches:
             named = [f"{k} (index {e}, read {r})" for k, (e, r) in self.row_mismatches.items()]
             out.append(f"{len(named)} part(s) hold other row counts than indexed: {_names(named)}")
-        if self.workers_missing:
+        for worker, host in self.workers_unconfirmed.items():  # the cause of the two below
             out.append(
-                f"{len(self.workers_missing)} worker(s) in the manifest left no parts: "
-                f"{_names(self.workers_missing)}"
+                f"worker {worker} on {host} did not confirm its events to the master (it was "
+                "lost during the run, or did not flush within --finish-timeout): its parts may "
+                f"be missing here, waiting in its spool; on {host} run `{self.upload_command}`, "
+                "then report again"
             )
-        if self.workers_without_final_index:
+        missing = [w for w in self.workers_missing if w not in self.workers_unconfirmed]
+        if missing:
+            out.append(f"{len(missing)} worker(s) in the manifest left no parts: {_names(missing)}")
+        unfinal = [w for w in self.workers_without_final_index if w not in self.workers_unconfirmed]
+        if unfinal:
             out.append(
-                f"{len(self.workers_without_final_index)} worker(s) have no final index, so "
-                f"their parts cannot be checked: {_names(self.workers_without_final_index)}"
+                f"{len(unfinal)} worker(s) have no final index, so "
+                f"their parts cannot be checked: {_names(unfinal)}"
             )
         for worker, rows in self.rows_rejected.items():
             reasons = self.sink_errors.get(worker) or ["no reason recorded"]
@@ -207,6 +219,7 @@ class Completeness:
             "workers_found": self.workers_found,
             "workers_missing": self.workers_missing,
             "workers_without_final_index": self.workers_without_final_index,
+            "workers_unconfirmed": self.workers_unconfirmed,
             "parts_expected": self.parts_expected,
             "parts_found": self.parts_found,
             "parts_read": self.parts_read,
@@ -327,6 +340,27 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
     return frame
 
 
+def _note_unconfirmed(
+    comp: Completeness, manifest: dict[str, Any], indexes: dict[str, dict[str, Any]]
+) -> None:
+    """Workers of an ended run whose sink report the master never got (`rows_rejected`
+    null: the master lost them) and whose own index is not final (their sink has not
+    delivered everything yet); and the command that uploads what their spools hold."""
+    if manifest.get("status") not in ("finished", "aborted"):
+        return
+    for worker in manifest.get("workers") or []:
+        if not isinstance(worker, dict) or not worker.get("worker_id"):
+            continue
+        name = str(worker["worker_id"])
+        unconfirmed = "rows_rejected" in worker and worker["rows_rejected"] is None
+        if unconfirmed and not (indexes.get(name) or {}).get("final"):
+            comp.workers_unconfirmed[name] = str(worker.get("host") or "its host")
+    config = manifest.get("config") or {}
+    spool = str(config.get("spool_dir") or "") or "<system temp>/llmload-spool"
+    events = str(config.get("events_uri") or "") or "EVENTS_URI"
+    comp.upload_command = f"llmload upload-spool {spool} --events-uri {events}"
+
+
 def _refuse_unreadable_requests(run_uri: str, keys: list[str], comp: Completeness) -> None:
     """A run whose every requests part is unreadable has nothing to report: refuse it.
 
@@ -367,6 +401,12 @@ def load_run(
     if manifest is None:
         warnings.append(f"{MANIFEST_NAME} is missing: no run metadata and no step timeline")
         manifest = {}
+    elif manifest.get("status") == "running":
+        warnings.append(
+            "the run has no recorded end (manifest status running): it is still going, or its "
+            "master was lost before writing it; what the master writes at the end (the last "
+            "step's end, the workers' confirmation of their events) is missing"
+        )
     run_id = str(manifest.get("run_id") or run_uri.rstrip("/").rsplit("/", 1)[-1])
     indexes = _read_indexes(store, keys)
 
@@ -383,6 +423,7 @@ def load_run(
         if index is not None:
             for key, rows in (index.get("parts") or {}).items():
                 expected_rows[str(key)] = int(rows)
+    _note_unconfirmed(comp, manifest, indexes)
     found = set(parts)
     comp.parts_expected = len(expected_rows)
     comp.parts_found = len(parts)

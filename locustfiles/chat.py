@@ -32,6 +32,7 @@ from locustfiles.master import (
     choose_run_id,
     worker_identity,
 )
+from locustfiles.masterwatch import MasterWatch
 from locustfiles.preflight import check_store_reachable, form_namespace, preflight
 from locustfiles.shape import StepShape
 from locustfiles.steps import MSG_IN_FLIGHT, MSG_STEP, MSG_STEP_QUERY, StepState
@@ -150,6 +151,7 @@ def setup(environment: Any) -> None:
             runner.register_message(MSG_FINISH, _on_finish, concurrent=True)
             runner.register_message(MSG_CLOCK, _on_clock)  # inline: answers at once
             runner.register_message(MSG_CLOCK_OFFSET, _on_clock_offset)
+            MasterWatch(environment).start()  # a lost master: stop, flush, exit non-zero
         environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
         environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
     environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))

@@ -371,12 +371,13 @@ class RunCoordinator:
                 self._all_finished.wait(self.options.finish_timeout)
             for data in self.finished.values():
                 log.info("llmload: worker %s events: %s", data.get("worker_id"), data.get("sink"))
-            missing = self._expected - set(self.finished)
+            # also those that took part and went missing (no heartbeat) before the end
+            missing = sorted((self._expected | set(self.workers)) - set(self.finished))
             if missing:
                 log.error(
                     "llmload: %d worker(s) did not confirm their events: %s",
                     len(missing),
-                    sorted(missing),
+                    ", ".join(self._describe(c) for c in missing),
                 )
         status = "finished" if self.staircase.completed else "aborted"
         if getattr(self.plan, "status", None) == "lowest_failed":
@@ -387,6 +388,15 @@ class RunCoordinator:
         self._write()
         self.finished_at = time.time_ns()
         return self.manifest.to_dict()
+
+    def _describe(self, client_id: str) -> str:
+        """A worker as a person finds it: its id and host, and whether the master lost it."""
+        hello = self.workers.get(client_id) or {}
+        name = f"{hello.get('worker_id') or client_id} on {hello.get('host') or '?'}"
+        if client_id in self._expected:
+            return name
+        missing = {c.id for c in self.environment.runner.clients.missing}
+        return f"{name} ({'lost: no heartbeat' if client_id in missing else 'left the run'})"
 
     # -- manifest ----------------------------------------------------------------------
     def _write(self) -> None:

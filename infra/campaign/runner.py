@@ -245,6 +245,7 @@ def master_command(
         "--expect-workers", str(campaign.expect_workers),
         "--expect-workers-max-wait", f"{campaign.worker_wait:g}",
         "--exit-code-on-error", "0",  # request failures are data in the report, not a failed run
+        "--enable-rebalancing",  # a lost worker's users move to the others: the step keeps its load
         "--host", target.url, "--api-key-env", target.api_key_env,
         "--workload", workload.spec,
         "--step-duration", f"{campaign.step_duration:g}",

@@ -166,14 +166,15 @@ def run_campaign(cluster: Cluster, config: Path, timeout: float = 180) -> tuple[
     return out, (run_dirs[0] if len(run_dirs) == 1 else reports)
 
 
-def load_run_from(cluster: Cluster, run_id: str) -> Any:
+def load_run_from(cluster: Cluster, run_id: str, host: str = "master") -> Any:
+    """The run's request rows and manifest, loaded from the store in `host`."""
     code = (
         "import sys,json\nfrom analysis import load_run\n"
         f"run=load_run('s3://llmload/runs/{run_id}',progress=False)\n"
         f"run.requests.to_parquet('{cluster.work}/rows.parquet')\n"
         f"open('{cluster.work}/manifest.json','w').write(json.dumps(run.manifest))\n"
     )
-    out = cluster.hosts.run("master", [PY, "-c", code], timeout=120, env=cluster.env, cwd=ROOT)
+    out = cluster.hosts.run(host, [PY, "-c", code], timeout=120, env=cluster.env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = pd.read_parquet(cluster.work / "rows.parquet")
     manifest = json.loads((cluster.work / "manifest.json").read_text())
