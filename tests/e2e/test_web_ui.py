@@ -43,6 +43,20 @@ def wait_http(url: str, timeout: float = 20) -> None:
             time.sleep(0.1)
 
 
+def ended_manifest(events: Path, timeout: float = 40) -> dict[str, Any] | None:
+    """The run's manifest once it no longer says running (the last one read at the timeout)."""
+    manifest = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(events.glob("*/manifest.json"))
+        if found:
+            manifest = json.loads(found[0].read_text())
+            if manifest["status"] != "running":
+                break
+        time.sleep(0.2)
+    return manifest
+
+
 def test_a_run_started_from_the_web_ui_steps_and_records_events(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -66,15 +80,7 @@ def test_a_run_started_from_the_web_ui_steps_and_records_events(tmp_path: Path) 
                 page.goto(f"http://127.0.0.1:{port}/")
                 # llmload's options are in the form; set the staircase there.
                 start_staircase(page, "1,2", 2, 0.5, "D(12,8)")
-                manifest = None
-                deadline = time.monotonic() + 40
-                while time.monotonic() < deadline:
-                    found = list(events.glob("*/manifest.json"))
-                    if found:
-                        manifest = json.loads(found[0].read_text())
-                        if manifest["status"] != "running":
-                            break
-                    time.sleep(0.2)
+                manifest = ended_manifest(events)
                 page.wait_for_timeout(1500)  # the UI's stats poll
                 stats_text = page.inner_text("body")
                 browser.close()
@@ -121,15 +127,7 @@ def test_a_rate_run_started_from_the_web_ui_sends_its_schedule(tmp_path: Path) -
                 page.goto(f"http://127.0.0.1:{port}/")
                 start_staircase(page, "1,2,4,8", 2, 0.5, "D(12,4)", rates="5,10",
                                 arrival="constant")  # fmt: skip
-                manifest = None
-                deadline = time.monotonic() + 40
-                while time.monotonic() < deadline:
-                    found = list(events.glob("*/manifest.json"))
-                    if found:
-                        manifest = json.loads(found[0].read_text())
-                        if manifest["status"] != "running":
-                            break
-                    time.sleep(0.2)
+                manifest = ended_manifest(events)
                 browser.close()
         finally:
             locust.send_signal(signal.SIGINT)
