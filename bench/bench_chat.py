@@ -10,7 +10,9 @@ on) at a fixed concurrency with 100-token outputs, then reports:
   (server) and per-token latency p99 (client vs server, same per-token definition);
 - per-request error against the truth log, joined by request id: client TTFT − server TTFT
   and client E2E − server E2E (the server's times count from when it had read the request;
-  its E2E ends when it wrote the body's last bytes), p50/p99/max over the steady window;
+  its E2E ends when it wrote the body's last bytes), p50/p99/max over the steady window,
+  split by whether a stall of the worker's own loop touched the request; every request's
+  errors go to `accuracy.csv` in the bench's folder (printed at the end);
 - what the report says of the worker itself: `worker_cpu_max_pct`, `loop_lag_p99_ms`,
   stalls, stalled requests, and its "saturated" warnings.
 
@@ -163,6 +165,25 @@ def main() -> None:
             f"p99 {np.percentile(e, 99):+.2f}, max {e.max():+.2f}, min {e.min():+.2f} "
             f"({len(e):,} requests)"
         )
+    # per request: where the error came from (written beside the events for a closer look)
+    stalled = steady["worker_stall_ns"].to_numpy() > 0
+    errors = pd.DataFrame(
+        {
+            "request_id": steady["request_id"].to_numpy(),
+            "sent_s": (steady["sent_at_ns"].to_numpy() - step["spawned_at_ns"]) / 1e9,
+            "ttft_error_ms": np.asarray(ttft_err) * 1e3,
+            "e2e_error_ms": np.asarray(e2e_err) * 1e3,
+            "worker_stall_ms": steady["worker_stall_ns"].to_numpy() / 1e6,
+        }
+    )
+    errors.to_csv(work / "accuracy.csv", index=False)
+    for label, part in (("not stalled", errors[~stalled]), ("stalled", errors[stalled])):
+        if len(part):
+            print(
+                f"  {label}: {len(part):,} requests, TTFT error p99 "
+                f"{np.percentile(part['ttft_error_ms'], 99):+.2f} ms, max "
+                f"{part['ttft_error_ms'].max():+.2f} ms"
+            )
     coalesced = int(steady["coalesced_events"].sum())
     print(
         f"events sharing a read with the one before: {coalesced:,} of {int(steady['events'].sum()):,}"
@@ -180,7 +201,7 @@ def main() -> None:
         if "saturated" in warning or "stall" in warning:
             print(f"report warning: {warning}")
     print(f"(simulated engine: not inference performance)  events under {work}")
-    _ = pd
+    print(f"per-request errors: {work / 'accuracy.csv'}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 `EventSink` (locustfiles/sink.py) owns what the request path touches: the buffers, their
 lock, the flush() waiters and the dropped-row count. `SinkPipeline` is its one background
 task (a greenlet under gevent, a thread otherwise). It takes the buffers from the front
-(`EventSink.take`) when a table reaches `part_rows` rows, every `part_seconds`, or on
-flush()/close(); encodes each table with that table's encoder (in slices, yielding to the
-loop); writes each part to a local spool with fsync; uploads it without overwriting;
+(`EventSink.take`) every ENCODE_EVERY_S and encodes them with each table's encoder (in
+slices, yielding to the loop), so that encoding is a steady trickle of small slices whose
+code stays warm; seals the encoded rows into a part when a table reaches `part_rows` rows,
+every `part_seconds`, or on flush()/close(); writes each part to a local spool with fsync; uploads it without overwriting;
 deletes it from the spool only once the store has it; and keeps `index/worker=<id>.json`
 up to date. A store outage only makes parts wait in the spool (uploads retry with capped
 exponential backoff and jitter, forever while running); a crashed worker's spool is
@@ -24,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pyarrow as pa
+
 from analysis.storage import FileStore, ObjectStore, StorageError
 from locustfiles.encode import EncodeContext, EncodeResult
 from locustfiles.runtime import Runtime, Waitable
@@ -34,6 +37,15 @@ log = logging.getLogger("llmload.sink")
 
 MAX_ERRORS = 20
 """Error messages a sink keeps for its report (every rejected row is counted)."""
+
+ENCODE_EVERY_S = 0.25
+"""The pipeline encodes buffered rows this often, part due or not.
+
+Encoding a whole part at the seal meant running Arrow's conversion code once every
+`part_seconds`: cold in the CPU's caches by then, its first slice held the loop 20-70 ms on
+the benchmark machine (bench/bench_stalls.py), where the same slice takes ~1-3 ms when it ran
+a quarter of a second before. Encoding small batches often keeps every slice short and
+frees the buffered Python objects early (shorter garbage collections)."""
 
 Encoder = Callable[[Sequence[Any], EncodeContext, Callable[[], None]], EncodeResult]
 """Turns a table's buffered items into rows of its schema: `encode(items, context, pause)`."""
@@ -72,8 +84,9 @@ class BatchSource(Protocol):
         """Monotonic time by which close() wants the pipeline done (once stopping)."""
         ...
 
-    def take(self, time_due: bool) -> tuple[dict[str, list[Any]], list[Waiter]]:
-        """The flush() waiters so far, and the buffers (non-empty tables) when a part is due."""
+    def take(self) -> tuple[dict[str, list[Any]], list[Waiter], bool]:
+        """The buffers (non-empty tables), the flush() waiters so far, and whether a part is
+        due now (waiters, close(), or a table of `part_rows` rows)."""
         ...
 
     def is_empty(self) -> bool:
@@ -93,7 +106,7 @@ class PipelineStats:
     parts: int = 0  # parts uploaded
     bytes: int = 0  # bytes uploaded (parts only)
     pending_parts: int = 0  # parts in the spool, not yet uploaded
-    pending_rows: int = 0  # sealed rows not in the store: unspooled or in the spool
+    pending_rows: int = 0  # rows taken but not in the store: encoded, unspooled or spooled
     rejected: int = 0  # bad rows dropped at encode time
     failures: int = 0  # failed spool writes and upload attempts (each retried)
     collisions: int = 0  # parts whose key held other bytes (kept in the spool)
@@ -136,6 +149,8 @@ class SinkPipeline:
         self._index = WorkerIndex(spool.run_id, spool.worker_id)
         self._index_dirty = False
         self._index_merged = False
+        self._encoded: dict[str, list[Any]] = {name: [] for name in self._encoders}  # tables
+        self._encoded_rows = dict.fromkeys(self._encoders, 0)  # rows encoded, not yet sealed
         self._unspooled: list[tuple[str, Any]] = []  # (table name, pa.Table) not yet spooled
         self._pending: list[str] = []  # run-relative keys in the spool, not yet uploaded
         self._collided: set[str] = set()
@@ -150,6 +165,7 @@ class SinkPipeline:
 
     def stats(self) -> PipelineStats:
         """A snapshot of the counters (safe to call any time)."""
+        encoded = sum(self._encoded_rows.values())
         unspooled = sum(t.num_rows for _, t in self._unspooled)
         waiting = sum(self._index.parts.get(k, 0) for k in self._pending)
         return PipelineStats(
@@ -157,7 +173,7 @@ class SinkPipeline:
             parts=self._parts,
             bytes=self._bytes,
             pending_parts=len(self._pending),
-            pending_rows=unspooled + waiting,
+            pending_rows=encoded + unspooled + waiting,
             rejected=self._rejected,
             failures=self._failures,
             collisions=len(self._collided),
@@ -179,12 +195,12 @@ class SinkPipeline:
             return
         backoff = self._backoff
         period = self._part_seconds
-        last_seal = time.monotonic()
+        last_seal = next_encode = time.monotonic()
         next_try = 0.0
         while True:
             now = time.monotonic()
             if not source.stopping:
-                timeout = last_seal + period - now
+                timeout = min(last_seal + period, next_encode) - now
                 if self._has_work():
                     timeout = min(timeout, next_try - now)
                 if timeout > 0:
@@ -194,16 +210,17 @@ class SinkPipeline:
             time_due = now - last_seal >= period
             if time_due:
                 last_seal = now
-            batches = self._take(time_due)
-            if batches:
-                self._encode(batches)
+            due = self._take()
+            next_encode = time.monotonic() + ENCODE_EVERY_S
+            sealed = False
+            if due or time_due or self._part_full():
+                sealed = self._seal()
             if source.stopping and not self._index.final and self._drained():
                 self._index.final = True  # every row is sealed: this index is the last
                 self._save_index()
             # spool at once (durability); retries of a failed spool write wait for backoff
-            fresh = bool(batches)
             spooled = True
-            if self._unspooled and (fresh or time.monotonic() >= next_try):
+            if self._unspooled and (sealed or time.monotonic() >= next_try):
                 spooled = self._spool_unspooled()
             if not spooled:
                 next_try = time.monotonic() + backoff.next()
@@ -222,7 +239,9 @@ class SinkPipeline:
                 rt.sleep(min(left, max(0.0, next_try - time.monotonic())))
 
     def _drained(self) -> bool:
-        return self._source.is_empty() and not self._unspooled
+        return (
+            self._source.is_empty() and not any(self._encoded_rows.values()) and not self._unspooled
+        )
 
     def _settle_waiters(self) -> None:
         """Wake flush() callers whose rows are spooled (or uploaded, if they asked)."""
@@ -264,11 +283,35 @@ class SinkPipeline:
             or any(k not in self._collided for k in self._pending)
         )
 
-    def _take(self, time_due: bool) -> dict[str, list[Any]]:
-        """Take the front's buffers when a part is due (flush waiters move along with them)."""
-        batches, waiters = self._source.take(time_due)
+    def _take(self) -> bool:
+        """Take and encode the front's buffers (flush waiters move along with their rows).
+
+        True when the front says a part is due (flush(), close(), a full table).
+        """
+        batches, waiters, due = self._source.take()
         self._sealed_waiters += waiters
-        return batches
+        if batches:
+            self._encode(batches)
+        return due
+
+    def _part_full(self) -> bool:
+        return any(rows >= self._part_rows for rows in self._encoded_rows.values())
+
+    def _seal(self) -> bool:
+        """Encoded rows → parts of at most `part_rows` rows, waiting to be spooled."""
+        sealed = False
+        for name, tables in self._encoded.items():
+            if not self._encoded_rows[name]:
+                tables.clear()
+                continue
+            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            self._encoded[name] = []
+            self._encoded_rows[name] = 0
+            limit = self._part_rows
+            for offset in range(0, table.num_rows, limit):  # parts hold at most part_rows
+                self._unspooled.append((name, table.slice(offset, limit)))
+            sealed = True
+        return sealed
 
     def _encode(self, batches: Mapping[str, list[Any]]) -> None:
         for name, encode in self._encoders.items():
@@ -288,9 +331,9 @@ class SinkPipeline:
                 message = redact(message, self._ctx.secrets)  # rows may quote secrets
                 self._error(message)
                 log.error("event sink: %s", message)
-            table, limit = result.table, self._part_rows
-            for offset in range(0, table.num_rows, limit):  # parts hold at most part_rows
-                self._unspooled.append((name, table.slice(offset, limit)))
+            if result.table.num_rows:
+                self._encoded[name].append(result.table)
+                self._encoded_rows[name] += result.table.num_rows
 
     def _spool_unspooled(self) -> bool:
         """Write sealed tables to the spool (fsync); False when the disk refused."""

@@ -2,8 +2,9 @@
 
 The request path only appends references to in-memory buffers (no I/O, no conversion, no
 exception). Everything after that is the sink's `SinkPipeline` (locustfiles/pipeline.py),
-one background task (a greenlet under gevent, a thread otherwise) that seals the buffers
-into Parquet parts when a table reaches `part_rows` rows or every `part_seconds`, writes
+one background task (a greenlet under gevent, a thread otherwise) that encodes the buffers
+every quarter second and seals the encoded rows into Parquet parts when a table reaches
+`part_rows` rows or every `part_seconds`, writes
 each part to a local spool with fsync, uploads it without overwriting, deletes it from the
 spool only once the store has it, and keeps `index/worker=<id>.json` up to date. A store
 outage only makes parts wait in the spool (uploads retry with capped exponential backoff
@@ -359,11 +360,12 @@ class EventSink:
         """Monotonic time by which close() wants the pipeline done (once stopping)."""
         return self._deadline
 
-    def take(self, time_due: bool) -> tuple[dict[str, list[Any]], list[Waiter]]:
-        """The flush() waiters so far, and the buffers (non-empty tables) when a part is due.
+    def take(self) -> tuple[dict[str, list[Any]], list[Waiter], bool]:
+        """The buffers (non-empty tables), the flush() waiters so far, and whether a part is
+        due now: a flush() waits, close() was called, or a table holds `part_rows` rows.
 
-        A part is due when a table holds `part_rows` rows, `time_due` (every `part_seconds`),
-        a flush() waits, or close() was called; the waiters' rows are then all taken.
+        The pipeline takes the buffers every few hundred ms and encodes them at once; it
+        seals a part when one is due or every `part_seconds`.
         """
         limit = self.config.part_rows
         with self._lock:
@@ -371,16 +373,14 @@ class EventSink:
             due = (
                 self._stopping
                 or bool(waiters)
-                or time_due
                 or any(rows >= limit for rows in self._buffered.values())
             )
-            if not due:
-                return {}, waiters
             batches = {name: items for name, items in self._buffers.items() if items}
-            self._buffers = {name: [] for name in self._buffers}
-            self._buffered = dict.fromkeys(self._buffered, 0)
+            if batches:
+                self._buffers = {name: [] for name in self._buffers}
+                self._buffered = dict.fromkeys(self._buffered, 0)
             self._wake_sent = False
-        return batches, waiters
+        return batches, waiters, due
 
     def is_empty(self) -> bool:
         """No table holds a buffered item."""

@@ -16,6 +16,17 @@ from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder, ToolCall
 
 if TYPE_CHECKING:
     from infra.simserver.api import SimApp
+    from infra.simserver.truth import TruthLog
+
+
+class _Ended:
+    """The sink of a sequence whose request has ended: tokens after that are ignored."""
+
+    def on_token(self, seq: Sequence, done: bool) -> None:
+        pass
+
+
+_ENDED = _Ended()
 
 
 class Generation:
@@ -86,6 +97,8 @@ class Generation:
         if not app.engine.submit(self.seq):
             self.conn.on_lost = None
             app.reject_queue_full(self.conn, self.request, self.request_id)
+            self.seq.sink = _ENDED  # never admitted: no cycle left for the collector
+            self.seq.output_tokens = None
             return
         if not self.params.stream:
             return
@@ -243,9 +256,18 @@ class Generation:
 
     # --- truth log --------------------------------------------------------------------------
     def _log(self, outcome: str) -> None:
+        """The request has ended (every end calls this once): its truth line, if kept."""
         truth = self.app.truth
-        if truth is None:
-            return
+        if truth is not None:
+            self._write_truth(truth, outcome)
+        # Break the Generation <-> Sequence cycle so that reference counting frees the
+        # request at once: left to the cyclic garbage collector, ~40k objects piled up
+        # between full collections, which then held the server's loop 15-50 ms.
+        seq = self.seq
+        seq.sink = _ENDED
+        seq.output_tokens = None
+
+    def _write_truth(self, truth: TruthLog, outcome: str) -> None:
         seq = self.seq
         finished = seq.state is SeqState.FINISHED
         truth.write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -115,6 +116,12 @@ def serve(config: SimConfig, out: TextIO = sys.stdout) -> int:
     async def main() -> None:
         server = SimServer(config)
         await server.start()
+        # The reference server must not stall its own reads: its start-up heap (imports,
+        # numpy, the tokenizer) out of every later collection keeps full garbage collections
+        # short (measured: 30-50 ms pauses before, which delayed reading requests and showed
+        # as client error against the truth log; docs/benchmarks.md).
+        gc.collect()
+        gc.freeze()
         if config.port_file is not None:
             try:
                 _write_port_file(config.port_file, server.port)

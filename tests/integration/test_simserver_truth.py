@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.sim import SimFactory, chat_body, request, stream_request
+from tests.support.sim import (
+    SimFactory,
+    Stream,
+    chat_body,
+    open_stream,
+    read_stream,
+    request,
+    stream_request,
+)
 
 
 def test_truth_log_matches_raw_client(sim_factory: SimFactory, tmp_path: Path) -> None:
@@ -52,3 +60,39 @@ def test_truth_log_matches_raw_client(sim_factory: SimFactory, tmp_path: Path) -
         assert sorted(gaps)[len(gaps) // 2] < 2.0, gaps
         assert all(b >= a for a, b in zip(server, server[1:], strict=False))
         assert events[0][0] >= record["headers_offset_ns"]
+
+
+def test_ended_requests_leave_no_cycle_for_the_garbage_collector(
+    sim_factory: SimFactory, tmp_path: Path
+) -> None:
+    # The reference server frees each request by reference counting when it ends
+    # (finished, whole JSON body, client gone): cyclic garbage made its full collections
+    # hold the loop 15-50 ms at load, delaying the reads the truth log times from.
+    import gc
+
+    from infra.simserver.generation import Generation
+
+    sim = sim_factory("--truth-log", str(tmp_path / "truth.jsonl"), "--decode-base-ms", "2")
+    gc.collect()
+    gc.disable()
+    try:
+        stream_request(sim.port, chat_body(max_tokens=20, stream=True))
+        request(sim.port, "POST", "/v1/chat/completions", chat_body(max_tokens=5))
+        sock, reader, sent, status, _ = open_stream(
+            sim.port, chat_body(max_tokens=2000, ignore_eos=True, stream=True)
+        )
+        assert status == 200
+        read_stream(reader, Stream(status, {}), sent, max_events=3)
+        sock.close()  # cancelled mid-stream
+        assert sim.wait_metric("llmload_sim_requests_cancelled_total", lambda v: v == 1) == 1
+        sim.stop()
+        alive = [o for o in gc.get_objects() if isinstance(o, Generation)]
+    finally:
+        gc.enable()
+    assert alive == []
+    lines = (tmp_path / "truth.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["outcome"] for line in lines) == [
+        "cancelled",
+        "finished",
+        "finished",
+    ]

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.storage import FileStore, ObjectInfo, StorageError
+from locustfiles.pipeline import ENCODE_EVERY_S
 from locustfiles.runtime import GeventRuntime, ThreadRuntime
 from locustfiles.sink import Backoff, EventSink, SinkConfig
 from locustfiles.spool import Spool, upload_spool
@@ -122,6 +123,30 @@ def test_time_seals_parts(tmp_path: Path) -> None:
         time.sleep(0.02)
     assert sink.stats().rows == {"requests": 3, "chunks": 30, "samples": 0, "stalls": 0}
     sink.close(5)
+
+
+def test_rows_are_encoded_as_they_come_and_sealed_into_one_part(tmp_path: Path) -> None:
+    # Encoding runs every ENCODE_EVERY_S, long before the part is due (part_seconds 30):
+    # a bad row is rejected within a moment, the good ones wait encoded (pending, not in
+    # any part), and the seal then writes every batch into one part per table.
+    sink = EventSink(config(tmp_path, part_rows=10_000)).start()
+    feed(sink, 0, 3)
+    sink.append_request({"request_id": "broken"})
+    deadline = time.monotonic() + 10
+    while sink.stats().rejected_rows < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for batch in range(1, 4):  # three more batches, each encoded on its own
+        time.sleep(3 * ENCODE_EVERY_S)
+        feed(sink, batch * 3, 3)
+    during = sink.stats()
+    assert during.rejected_rows == 1 and during.parts == 0 and not spool_parts(tmp_path)
+    assert during.pending_rows == 12 + 120  # encoded or buffered: counted as not stored
+    report = sink.close(10)
+    assert report.complete is False and report.rejected_rows == 1  # the broken row
+    assert report.rows == {"requests": 12, "chunks": 120, "samples": 0, "stalls": 0}
+    assert report.parts == 2 and report.pending_rows == 0
+    requests = read_rows(tmp_path / "store", "requests")
+    assert [r["request_id"] for r in requests] == [request_id(i) for i in range(12)]
 
 
 def test_outage_loses_nothing_and_retries(tmp_path: Path) -> None:
