@@ -67,6 +67,8 @@ bench: setup
 	$(BIN)/python bench/bench_sink.py
 	$(BIN)/python bench/bench_report.py
 	$(BIN)/python bench/bench_chat.py
+	$(BIN)/python bench/bench_stalls.py
+	$(BIN)/python bench/bench_arrivals.py
 
 # Ten minutes at the highest load the workers sustain below 80% CPU, RSS of every process
 # sampled (docs/reliability.md, "Soak"); not part of CI. SOAK_ARGS="--duration 60": a trial.

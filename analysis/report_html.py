@@ -73,7 +73,7 @@ def _list(lines: list[str], css: str = "") -> str:
 def render_html(report: Report) -> str:
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
+        '<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>llmload report: {escape(report.run_id)}</title>",
         f"<style>{_CSS}</style></head><body>",

@@ -304,7 +304,8 @@ def _start_worker(environment: Any) -> None:
         _worker_cannot_start(environment, identity, str(exc))
         return
     except Exception as exc:  # e.g. its spool directory: the same, with the exception named
-        log.exception("llmload: worker start-up failed")
+        # one line names the cause (_worker_cannot_start); the traceback only at debug level
+        log.debug("llmload: worker start-up failed", exc_info=True)
         _worker_cannot_start(environment, identity, f"{type(exc).__name__}: {exc}")
         return
     environment.llmload_worker = ctx

@@ -1,4 +1,5 @@
-"""`GET /llmload/metrics`: the master's live statistics in Prometheus' text format.
+"""`GET /llmload/metrics`: the master's live statistics in Prometheus' text format
+(`GET BASE/llmload/metrics` with Locust's `--web-base-path BASE`).
 
 A custom collector (its own CollectorRegistry, never the global one) reads the merged
 sketches of `LiveStats` (locustfiles/live.py) at each scrape:
@@ -116,7 +117,8 @@ def registry_for(live: LiveStats) -> CollectorRegistry:
 
 
 def register_endpoint(web_ui: Any, live: LiveStats) -> None:
-    """`GET /llmload/metrics` on Locust's web UI (behind its login when --web-login is on)."""
+    """`GET /llmload/metrics` on Locust's web UI (behind its login when --web-login is on),
+    under `--web-base-path` like Locust's own pages and /llmload/* (locustfiles/webtab.py)."""
     from flask import Response
 
     registry = registry_for(live)
@@ -124,5 +126,7 @@ def register_endpoint(web_ui: Any, live: LiveStats) -> None:
     def metrics() -> Response:
         return Response(generate_latest(registry), mimetype=None, content_type=CONTENT_TYPE_LATEST)
 
+    parsed = getattr(web_ui.environment, "parsed_options", None)
+    base = getattr(parsed, "web_base_path", None) or ""
     view = web_ui.auth_required_if_enabled(metrics)
-    web_ui.app.add_url_rule(PATH, "llmload_metrics", view, methods=["GET"])
+    web_ui.app.add_url_rule(base + PATH, "llmload_metrics", view, methods=["GET"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 POLL_MS = 2000
 
 PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>llmload live</title>
+<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>llmload live</title>
 <style>
 body { font: 14px system-ui, sans-serif; margin: 1rem 2rem; color: #222; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; }

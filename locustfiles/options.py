@@ -212,14 +212,20 @@ def _positive(name: str, value: float, allow_zero: bool = False) -> float:
     """A number of seconds: finite, > 0 (or >= 0 where 0 means off)."""
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise UsageError(f"--{name} must be {bound} seconds, not {value}")
+        raise UsageError(f"--{name} must be {bound} seconds, not {value}; {_example(name)}")
     return value
 
 
 def _at_least(name: str, value: int, minimum: int) -> int:
     if value < minimum:
-        raise UsageError(f"--{name} must be an integer >= {minimum}, not {value}")
+        raise UsageError(f"--{name} must be an integer >= {minimum}, not {value}; {_example(name)}")
     return value
+
+
+def _example(name: str) -> str:
+    """The fix for a bad number: the option with its default value, e.g. '--step-duration 30'."""
+    default = dict(OPTIONS)[f"--{name}"].get("default")
+    return f"e.g. --{name} {default:g}" + (" (off)" if default == 0 else " (the default)")
 
 
 def parse_run_id(text: str) -> str:
@@ -373,7 +379,9 @@ def from_parsed(ns: Any) -> ChatOptions:
     _positive("step-warmup", ns.step_warmup, allow_zero=True)
     if ns.step_warmup >= ns.step_duration:
         raise UsageError(
-            f"--step-warmup ({ns.step_warmup}) must be shorter than --step-duration ({ns.step_duration})"
+            f"--step-warmup ({ns.step_warmup}) must be shorter than --step-duration "
+            f"({ns.step_duration}); lower --step-warmup or raise --step-duration, e.g. "
+            f"--step-warmup {min(5.0, ns.step_duration / 2):g}"
         )
     if not ns.api_key_env.replace("_", "").isalnum():
         raise UsageError(

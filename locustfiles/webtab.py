@@ -161,7 +161,7 @@ def live_payload(environment: Any) -> dict[str, Any]:
 def _status_page(title: str, body: str, refresh: bool) -> str:
     meta = '<meta http-equiv="refresh" content="2">' if refresh else ""
     return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">{meta}'
         f"<title>{html.escape(title)}</title></head><body><h1>{html.escape(title)}</h1>"
         f'{body}<p><a href="live">live statistics</a></p></body></html>'
     )

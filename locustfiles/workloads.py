@@ -162,7 +162,11 @@ def _conversation_row(path: Path, lineno: int, line: str) -> Conversation:
         elif speaker == "assistant" and turns and turns[-1][1] is None:
             turns[-1][1] = max(1, len(text.split()))
     if not turns:
-        raise UsageError(f"{path}:{lineno}: the conversation has no user (human) turn to replay")
+        raise UsageError(
+            f"{path}:{lineno}: the conversation has no user (human) turn to replay; give it "
+            'at least one non-empty turn {"from": "human", "value": ...} '
+            '(or {"role": "user", "content": ...})'
+        )
     return Conversation(system, tuple((t, n) for t, n in turns))
 
 
@@ -229,7 +233,10 @@ def _dataset_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
-            raise UsageError(f"{path}:{lineno}: {key} must be an integer >= 1, not {value!r}")
+            raise UsageError(
+                f"{path}:{lineno}: {key} must be an integer >= 1, not {value!r}; "
+                f'give e.g. "{key}": 128, or leave the key out'
+            )
     return dict(row)
 
 

@@ -364,7 +364,8 @@ class _Section:
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(key, f"must be a number of seconds, not {value!r}")
         if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            self.fail(key, f"must be {'> 0' if positive else '>= 0'}, not {value}")
+            bound = "> 0" if positive else ">= 0"
+            self.fail(key, f"must be {bound}, not {value}; give seconds, e.g. {key}: {default:g}")
         return float(value)
 
     def integer(

@@ -70,7 +70,8 @@ def _base_url(url: str) -> str:
 
 def _positive(name: str, value: float | None) -> None:
     if value is not None and not (0 < value < float("inf")):
-        raise UsageError(f"--{name} must be > 0 seconds, not {value}")
+        example = {"timeout": 60, "ready-timeout": 600, "release-timeout": 5}[name]  # defaults
+        raise UsageError(f"--{name} must be > 0 seconds, not {value}; e.g. --{name} {example}")
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -83,7 +84,10 @@ def build_config(args: argparse.Namespace) -> Any:
             "e.g. OPENAI_API_KEY"
         )
     if args.ready_timeout is not None and not args.wait_ready:
-        raise UsageError("--ready-timeout needs --wait-ready")
+        raise UsageError(
+            "--ready-timeout needs --wait-ready; add --wait-ready (e.g. --wait-ready "
+            f"--ready-timeout {args.ready_timeout:g}) or leave --ready-timeout out"
+        )
     for name in ("timeout", "ready_timeout", "release_timeout"):
         _positive(name.replace("_", "-"), getattr(args, name))
     if args.bad_input_words is not None and args.bad_input_words < 1:

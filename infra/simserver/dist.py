@@ -38,5 +38,8 @@ class IntDist:
         except ValueError:
             raise UsageError(f"{what}: {spec!r} is not `K` or `A-B` (integers)") from None
         if low < minimum or high < low:
-            raise UsageError(f"{what}: {spec!r} needs {minimum} <= A <= B")
+            raise UsageError(
+                f"{what}: {spec!r} needs {minimum} <= A <= B; give an integer K >= {minimum} "
+                f"or a range A-B, e.g. {what} {minimum}-{minimum + 2}"
+            )
         return cls(low, high)

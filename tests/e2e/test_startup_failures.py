@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from infra.ports import free_port
-from tests.support.chat import BIN, LOCUSTFILE, start_sim, start_worker
+from tests.support.chat import BIN, LOCUSTFILE, ROOT, LocustResult, start_sim, start_worker
 
 
 def word_tokenizer(path: Path) -> None:
@@ -89,6 +92,44 @@ def test_headless_refuses_a_target_that_does_not_answer_before_any_request(
     assert not (tmp_path / "runs").exists()  # nothing written
 
 
+def test_wait_ready_waits_for_a_target_that_is_still_starting(tmp_path: Path) -> None:
+    """--wait-ready 30: the first probes fail (nothing answers yet); the simulator starts on
+    that port ~2 s later, and the run goes ahead and records its requests."""
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+    listener.settimeout(60)
+    run = subprocess.Popen(
+        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+         "--host", f"http://127.0.0.1:{port}", "--wait-ready", "30",
+         "--events-uri", str(tmp_path / "runs"), "--spool-dir", str(tmp_path / "spool"),
+         "--steps", "1", "--step-duration", "2", "--step-warmup", "0", "--cold-requests", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        # The run's first probe reaches a server that is not ready: the connection is reset
+        # without an answer (SO_LINGER 0), so the run has really started waiting.
+        with listener:
+            probe, _ = listener.accept()
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            probe.close()
+        time.sleep(2)  # refused meanwhile: nothing listens
+        with start_sim(tmp_path / "sim", "--port", str(port)) as sim:
+            assert sim.port == port
+            out, _ = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, out
+    assert "llmload: error:" not in out and "Traceback" not in out, out
+    requests, _, manifest = LocustResult(run.returncode, out, tmp_path / "runs").events()
+    statuses = requests["status"].value_counts().to_dict()
+    assert statuses.get("ok", 0) > 0 and set(statuses) <= {"ok", "aborted"}, statuses
+    preflight = [p for p in manifest["probes"] if p["purpose"] == "preflight"]
+    assert [p["http_status"] for p in preflight] == [200], manifest["probes"]
+
+
 def test_web_ui_shows_the_problem_and_does_not_start(tmp_path: Path) -> None:
     web = free_port()
     dead = f"http://127.0.0.1:{free_port()}"
@@ -129,3 +170,47 @@ def test_web_ui_shows_the_problem_and_does_not_start(tmp_path: Path) -> None:
         proc.terminate()
         proc.communicate(timeout=20)
     assert not (tmp_path / "runs").exists()
+
+
+# A worker whose start-up fails with an exception that is not an LlmloadError (here: building
+# its WorkerContext raises OSError), in a process of its own with Locust's log levels.
+UNEXPECTED_FAILURE = """
+import argparse, logging, sys, types
+logging.basicConfig(level=getattr(logging, sys.argv[2]), stream=sys.stderr)
+import locustfiles.chat as chat
+from locustfiles.options import OPTIONS
+
+def broken(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+chat.WorkerContext = broken
+parsed = argparse.Namespace(**{f.lstrip("-").replace("-", "_"): o.get("default") for f, o in OPTIONS})
+parsed.events_uri = sys.argv[1]
+env = types.SimpleNamespace(
+    runner=types.SimpleNamespace(quit=lambda: None), parsed_options=parsed,
+    host="http://127.0.0.1:9", llmload_step=None, llmload_recorder=None, llmload_worker=None,
+)
+chat._start_worker(env)
+assert env.process_exit_code == 2 and env.llmload_worker is None
+"""
+
+
+def test_an_unexpected_worker_start_up_error_is_one_line_with_the_traceback_at_debug(
+    tmp_path: Path,
+) -> None:
+    def start_up(level: str) -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-c", UNEXPECTED_FAILURE, str(tmp_path / "runs"), level],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return out.stderr.splitlines()
+
+    lines = start_up("INFO")
+    named = [line for line in lines if "No space left on device" in line]
+    assert len(named) == 1, lines
+    assert named[0].startswith("llmload: error: worker ") and " cannot start: OSError: " in named[0]
+    assert not [line for line in lines if "Traceback" in line or "ERROR" in line], lines
+    debug = "\n".join(start_up("DEBUG"))
+    assert "llmload: worker start-up failed\nTraceback (most recent call last):" in debug
+    assert "OSError: [Errno 28] No space left on device" in debug

@@ -33,7 +33,11 @@ def test_html_report_renders_in_chromium(
     report = build_report(uri, tmp_path / "out", slo="ttft_p99=0.45,ttft=0.4", progress=False)
     html = report.files["report.html"]
     text = html.read_text()
-    assert 'src="http' not in text and "<link" not in text and "<script" not in text
+    # self-contained: nothing fetched (its one link is the empty inline icon, so that a
+    # browser asks for no /favicon.ico)
+    links = text.count("<link")
+    assert 'src="http' not in text and "<script" not in text
+    assert links == text.count('<link rel="icon" href="data:,">') == 1
 
     problems: list[str] = []
     with sync_api.sync_playwright() as pw:

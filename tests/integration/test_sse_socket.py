@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import urllib3
@@ -20,7 +22,9 @@ from locustfiles import sse
 from locustfiles.client import Limits, execute, new_pool
 from locustfiles.record import RequestRecord
 from locustfiles.sse import ReadClock, events, private_internals
-from tests.support.sim import SimFactory, chat_body
+from tests.support.sim import TIMEOUT, SimFactory, chat_body
+
+MS = 1_000_000
 
 
 @pytest.fixture
@@ -104,3 +108,168 @@ def test_end_of_response_is_the_arrival_of_its_last_bytes_not_when_the_loop_got_
     # the end is the arrival of the read that ended the body: right after the last token
     assert 0 <= record.end_ns - record.last_token_ns < 5_000_000
     assert record.coalesced_events >= 0
+
+
+# -- a raw server whose every byte the test places, and a client whose reads it watches -------
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+END = b"0\r\n\r\n"  # the chunked body's last chunk
+
+
+def sse_event(content: str, finish: str | None = None) -> bytes:
+    obj = {"id": "c1", "choices": [{"index": 0, "delta": {"content": content},
+                                    "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+Respond = Callable[[socket.socket], None]
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Respond], int]]:
+    """`start(respond)`: a server on 127.0.0.1, port 0, that reads one request and hands the
+    connection to `respond`; returns the port. Its errors fail the test at teardown."""
+    listeners: list[socket.socket] = []
+    threads: list[threading.Thread] = []
+    errors: list[BaseException] = []
+
+    def start(respond: Respond) -> int:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.settimeout(TIMEOUT)
+        listeners.append(listener)
+
+        def run() -> None:
+            try:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.settimeout(TIMEOUT)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        data += conn.recv(65536)
+                    head, _, body = data.partition(b"\r\n\r\n")
+                    fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:])
+                    length = int({k.lower(): v for k, v in fields.items()}[b"content-length"])
+                    while len(body) < length:
+                        body += conn.recv(65536)
+                    respond(conn)
+            except BaseException as exc:  # reported at teardown
+                errors.append(exc)
+
+        thread = threading.Thread(target=run, name="raw-sse-server", daemon=True)
+        thread.start()
+        threads.append(thread)
+        return int(listener.getsockname()[1])
+
+    yield start
+    for thread in threads:
+        thread.join(TIMEOUT)
+    for listener in listeners:
+        listener.close()
+    assert not errors, errors
+
+
+class WatchedReads:
+    """Wraps the reader's socket reads (`sse.socket_reader`): the server can wait until the
+    client is about to read the socket again (so each of its sends is one read), the first
+    read can be held back `hold_s` (a busy loop), and each read's start and return are noted
+    (perf_counter ns)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, hold_s: float = 0.0) -> None:
+        self.hold_s = hold_s
+        self.started: list[int] = []
+        self.returned: list[int] = []
+        self._reading = threading.Semaphore(0)
+        real = sse.socket_reader
+
+        def socket_reader(sock: object) -> sse.Reader:
+            read = real(sock)
+
+            def watched() -> tuple[bytes, int]:
+                self.started.append(time.perf_counter_ns())
+                self._reading.release()
+                if self.hold_s and len(self.started) == 1:
+                    time.sleep(self.hold_s)  # the bytes arrive meanwhile; nobody reads them
+                got = read()
+                self.returned.append(time.perf_counter_ns())
+                return got
+
+            return watched
+
+        monkeypatch.setattr(sse, "socket_reader", socket_reader)
+
+    def wait_for_a_read(self) -> None:
+        """(server side) Until the client is in, or about to enter, its next socket read."""
+        if not self._reading.acquire(timeout=TIMEOUT):
+            raise TimeoutError("the client never read the socket (no fast SSE path?)")
+
+
+def _record(request_id: str) -> RequestRecord:
+    return RequestRecord(request_id, 0, 1, False, "s", "chat", "m", True, None, 6, "")
+
+
+def test_events_that_share_a_read_share_its_time_and_are_counted(
+    raw_server: Callable[[Respond], int],
+    pool: urllib3.PoolManager,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = WatchedReads(monkeypatch)
+
+    def respond(conn: socket.socket) -> None:
+        conn.sendall(HEAD)
+        reads.wait_for_a_read()  # the headers are in and nothing of the body is buffered
+        conn.sendall(chunk(sse_event("a") + sse_event("b") + sse_event("c")))  # one read
+        for later in (sse_event("d"), sse_event("e", "stop"), b"data: [DONE]\n\n"):
+            reads.wait_for_a_read()  # the previous send was read on its own
+            time.sleep(0.02)
+            conn.sendall(chunk(later) + (END if later.startswith(b"data: [DONE]") else b""))
+
+    port = raw_server(respond)
+    record = _record("req-coalesced")
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    execute(pool, url, chat_body(max_tokens=6), {}, record, Limits())
+    assert record.status == "ok", record.error_detail
+    assert record.end_ns is not None
+    assert record.events == 6 and record.chunk_tokens == [1] * 5
+    assert record.coalesced_events == 2  # b and c came in a's read; d, e, [DONE] alone
+    a, b, c, d, e = record.chunk_offsets
+    assert a == b == c  # one read, one time
+    assert c < d < e <= record.end_ns  # a read of their own each
+
+
+def test_event_times_are_the_kernels_arrival_not_when_the_client_read_them(
+    raw_server: Callable[[Respond], int],
+    pool: urllib3.PoolManager,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole body arrives while the client is kept from reading for 200 ms (as a busy
+    worker loop would): its events and end keep the time the bytes arrived."""
+    reads = WatchedReads(monkeypatch, hold_s=0.2)
+    body = b"".join(chunk(sse_event(t)) for t in "abc") + chunk(sse_event("", "stop"))
+    body += chunk(b"data: [DONE]\n\n") + END
+
+    def respond(conn: socket.socket) -> None:
+        conn.sendall(HEAD)
+        reads.wait_for_a_read()  # sent while the client holds its first read back
+        conn.sendall(body)
+
+    port = raw_server(respond)
+    record = _record("req-kernel")
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    execute(pool, url, chat_body(max_tokens=6), {}, record, Limits())
+    assert record.status == "ok", record.error_detail
+    assert record.headers_ns is not None and record.end_ns is not None
+    assert len(record.chunk_offsets) == 3 and len(reads.returned) == 1  # all in one read
+    # Record times are ns since the request was sent (t0), which the test does not see;
+    # the headers were timed (t0 + headers_ns) before the first read started, so the read
+    # returned at least `returned - started + headers_ns - x` after a time x was recorded.
+    held = reads.returned[0] - reads.started[0]
+    assert held >= 200 * MS
+    for name, t in (("first token", record.chunk_offsets[0]),
+                    ("last token", record.chunk_offsets[-1]), ("end", record.end_ns)):  # fmt: skip
+        before_read = held + record.headers_ns - t
+        assert before_read >= 150 * MS, f"{name} timed {before_read / MS:.1f} ms before the read"

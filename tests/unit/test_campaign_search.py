@@ -190,3 +190,50 @@ def test_describe_says_what_the_search_found_instead_of_the_step_verdict(
     assert "SLO FAILED" not in text  # levels above the capacity fail by design
     plain = describe(report_run(known_run().write(events_dir), tmp_path / "o2", "ttft_p99=0.45"))
     assert "SLO FAILED; highest concurrency meeting it: " in plain
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_a_worker_that_fails_while_its_master_ends_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master exits 0, then its worker exits 2: the run fails naming the worker."""
+    ended = tmp_path / "master-ended"
+    # The master leaves a mark and exits 0; the worker exits 2 half a second after that
+    # mark, so the master's end is seen first (the branch after _wait_for_master).
+    monkeypatch.setattr(
+        runner, "master_command", lambda *a: _python(f"open({str(ended)!r}, 'w').close()")
+    )
+    monkeypatch.setattr(runner, "worker_command", lambda *a: _python(
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(ended)!r}): time.sleep(0.05)\n"
+        "time.sleep(0.5); print('cannot start: no tokenizer here'); sys.exit(2)"
+    ))  # fmt: skip
+    campaign = parse_campaign({**SEARCH, "search": "off"})
+    with pytest.raises(CampaignError) as caught:
+        runner.run_workload(campaign, campaign.workload[0], "r1", tmp_path / "logs", {}, print)
+    message = str(caught.value)
+    assert message.startswith("worker-1 of run r1 exited with status 2; log "), message
+    assert str(tmp_path / "logs" / "worker-1.log") in message
+    assert "cannot start: no tokenizer here" in message  # the worker's own last lines
+    assert "during the run" not in message
+
+
+def test_a_worker_that_fails_during_the_run_fails_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker exits 2 while the master still runs: the run fails without waiting for it."""
+    monkeypatch.setattr(runner, "master_command", lambda *a: _python("import time; time.sleep(20)"))
+    monkeypatch.setattr(runner, "worker_command", lambda *a: _python(
+        "import sys; print('lost the master'); sys.exit(2)"
+    ))  # fmt: skip
+    campaign = parse_campaign({**SEARCH, "search": "off", "workers": 2})
+    with pytest.raises(CampaignError) as caught:
+        runner.run_workload(campaign, campaign.workload[0], "r1", tmp_path / "logs", {}, print)
+    message = str(caught.value)
+    assert " exited with status 2 during the run; log " in message, message
+    assert message.split(" ", 1)[0] in ("worker-1", "worker-2")
+    assert "lost the master" in message
+    assert "the Locust master" not in message

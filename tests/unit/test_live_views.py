@@ -105,19 +105,22 @@ def test_the_tab_marks_the_current_step_and_ends_with_a_note() -> None:
     assert started[1]["name"] == "step 1 ▶ now, 12 s left" and started[1]["concurrency"] == "2"
 
 
-def _web_env(live: Any) -> Any:
+def _web_env(live: Any, base_path: str | None = None) -> Any:
     """A stand-in for Locust's WebUI (importing locust here would monkey-patch the tests):
-    its Flask app with Locust's /stats/requests, template_args and auth decorator."""
+    its Flask app with Locust's /stats/requests (under `--web-base-path` as Locust's
+    blueprint puts it), template_args, auth decorator and environment."""
     from flask import Flask, jsonify
 
     app = Flask(__name__)
 
-    @app.route("/stats/requests")
+    @app.route((base_path or "") + "/stats/requests")
     def request_stats() -> Any:
         return jsonify({"stats": [], "state": "running"})
 
     web_ui = SimpleNamespace(app=app, template_args={}, auth_required_if_enabled=lambda f: f)
-    env = SimpleNamespace(web_ui=web_ui, parsed_options=None, llmload_live=live)
+    parsed = None if base_path is None else SimpleNamespace(web_base_path=base_path)
+    env = SimpleNamespace(web_ui=web_ui, parsed_options=parsed, llmload_live=live)
+    web_ui.environment = env
     env.llmload_coordinator = SimpleNamespace(
         run_id="r1", manifest=SimpleNamespace(target={"simulated": True})
     )
@@ -172,3 +175,38 @@ def test_a_failed_build_keeps_the_error(tmp_path: Path) -> None:
     job.run()
     assert job.status == "failed" and job.error
     assert job.to_dict()["command"] == f"llmload report {tmp_path / 'no-such-run'}"
+
+
+def test_the_metrics_endpoint_honours_the_web_base_path() -> None:
+    """Locust's `--web-base-path /base` puts its pages and /llmload/* under /base: the
+    Prometheus endpoint too, scraped from a real LiveStats."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from locustfiles.live import LiveStats
+    from locustfiles.live_metrics import register_endpoint
+    from locustfiles.record import RequestRecord
+
+    coordinator = SimpleNamespace(run_id="r1", staircase=None, current=None)
+    live = LiveStats(SimpleNamespace(runner=SimpleNamespace(state="running"),
+                                     llmload_coordinator=coordinator))  # fmt: skip
+    record = RequestRecord("q1", 0, 1, False, "D(8,8)", "chat", "m", True, 8, 8, "h")
+    record.first_token_ns, record.last_token_ns, record.end_ns = 20_000_000, 90_000_000, 95_000_000
+    record.output_tokens = 8
+    live.observe(record)
+    for base, scraped, missing in (
+        ("/base", "/base/llmload/metrics", "/llmload/metrics"),
+        (None, "/llmload/metrics", "/base/llmload/metrics"),
+    ):
+        env = _web_env(live, base)
+        register_endpoint(env.web_ui, live)
+        client = env.web_ui.app.test_client()
+        answer = client.get(scraped)
+        assert answer.status_code == 200 and answer.content_type.startswith("text/plain")
+        families = {f.name: f for f in text_string_to_metric_families(answer.get_data(True))}
+        counts = [s.value for s in families["llmload_ttft_seconds"].samples
+                  if s.name.endswith("_count") and s.labels["step"] == "0"]  # fmt: skip
+        assert counts == [1]
+        assert client.get(missing).status_code == 404
+        # the same prefix as the pages of the LLM tab and Locust's own
+        assert client.get(scraped.replace("metrics", "live.json")).status_code == 200
+        assert client.get(scraped.replace("llmload/metrics", "stats/requests")).status_code == 200

@@ -10,8 +10,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import gevent
+import pytest
 
-from locustfiles.master import CLOCK_BURST, MSG_CLOCK, RunCoordinator
+from locustfiles import master
+from locustfiles.master import CLOCK_BURST, MSG_CLOCK, MSG_CLOCK_OFFSET, RunCoordinator
 from locustfiles.options import OPTIONS, from_parsed
 
 MS = 1_000_000
@@ -23,26 +25,28 @@ class FakeRunner:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, Any, str | None]] = []
-        self.clients = SimpleNamespace(all=[])
+        self.clients = SimpleNamespace(all=[], missing=[])
         self.stats = SimpleNamespace(total=SimpleNamespace(num_requests=0))
 
     def send_message(self, msg_type: str, data: Any = None, client_id: str | None = None) -> None:
         self.sent.append((msg_type, data, client_id))
 
 
-def coordinator(tmp_path: Path) -> tuple[RunCoordinator, FakeRunner]:
+def coordinator(tmp_path: Path, **extra: Any) -> tuple[RunCoordinator, FakeRunner]:
     values = {flag.lstrip("-").replace("-", "_"): kw.get("default") for flag, kw in OPTIONS}
-    values.update(events_uri=str(tmp_path / "events"), finish_timeout=0.1)
+    values.update(events_uri=str(tmp_path / "events"), finish_timeout=0.1, **extra)
     options = from_parsed(argparse.Namespace(**values))
     runner = FakeRunner()
     environment = SimpleNamespace(runner=runner, host="http://127.0.0.1:9")
     return RunCoordinator(environment, options, "r1"), runner
 
 
-def exchange(c: RunCoordinator, worker: str, skew_ms: float, out_ms: float, back_ms: float) -> None:
+def exchange(
+    c: RunCoordinator, worker: str, skew_ms: float, out_ms: float, back_ms: float, t1: int = T1
+) -> None:
     """One exchange with a worker whose clock is `skew_ms` ahead, over the given delays."""
-    t2 = T1 + int((out_ms + skew_ms) * MS)
-    c.on_clock_reply(worker, {"t1": T1, "t2": t2}, t4=T1 + int((out_ms + back_ms) * MS))
+    t2 = t1 + int((out_ms + skew_ms) * MS)
+    c.on_clock_reply(worker, {"t1": t1, "t2": t2}, t4=t1 + int((out_ms + back_ms) * MS))
 
 
 def test_the_offset_of_the_shortest_round_trip_is_kept(tmp_path: Path) -> None:
@@ -65,6 +69,53 @@ def test_hello_starts_a_burst_of_exchanges(tmp_path: Path) -> None:
     pings = [(t, d, cid) for t, d, cid in runner.sent if t == MSG_CLOCK]
     assert len(pings) == CLOCK_BURST and {cid for *_, cid in pings} == {"client-1"}
     assert all(isinstance(d["t1"], int) for _, d, _ in pings)
+
+
+def pings(runner: FakeRunner) -> list[tuple[int, str | None]]:
+    """(t1, client id) of every clock exchange the master started, in order."""
+    return [(d["t1"], cid) for t, d, cid in runner.sent if t == MSG_CLOCK]
+
+
+def wait_for_pings(runner: FakeRunner, n: int) -> list[tuple[int, str | None]]:
+    for _ in range(1000):  # 10 s at most
+        if len(pings(runner)) >= n:
+            return pings(runner)
+        gevent.sleep(0.01)
+    raise AssertionError(f"{len(pings(runner))} clock exchanges, expected {n}")
+
+
+def test_after_the_burst_the_master_measures_periodically_and_keeps_the_best(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(master, "CLOCK_INTERVAL_S", 0.05)
+    c, runner = coordinator(tmp_path, scrape_interval=0)
+    c.on_hello("client-1", {"worker_id": "w1", "host": "h", "pid": 7})
+    burst = wait_for_pings(runner, CLOCK_BURST)
+    gevent.sleep(0.2)  # the burst is over, and nothing follows it on its own
+    assert pings(runner) == burst
+    for t1, _ in burst:
+        exchange(c, "client-1", 250, out_ms=2, back_ms=2, t1=t1)
+    assert c.clocks["client-1"] == (250 * MS, 4 * MS)
+
+    c.tick()  # the run starts (a master with workers): the periodic exchanges begin
+    later = wait_for_pings(runner, CLOCK_BURST + 3)[CLOCK_BURST:]
+    assert {cid for _, cid in later} == {"client-1"}
+    assert [t1 for t1, _ in later] == sorted({t1 for t1, _ in later})  # new exchanges each time
+    offsets = [d["offset_ns"] for t, d, _ in runner.sent if t == MSG_CLOCK_OFFSET]
+    exchange(c, "client-1", 300, out_ms=5, back_ms=1, t1=later[0][0])  # slower: ignored
+    assert c.clocks["client-1"] == (250 * MS, 4 * MS)
+    exchange(c, "client-1", 300, out_ms=0.5, back_ms=0.5, t1=later[1][0])  # faster: kept
+    assert c.clocks["client-1"] == (300 * MS, 1 * MS)
+    exchange(c, "client-1", 100, out_ms=1, back_ms=1, t1=later[2][0])  # slower again: ignored
+    assert c.clocks["client-1"] == (300 * MS, 1 * MS)
+    sent = [d["offset_ns"] for t, d, _ in runner.sent if t == MSG_CLOCK_OFFSET]
+    assert sent[len(offsets) :] == [300 * MS]  # the worker is told its new offset, once
+
+    c.finish()  # ends the periodic exchanges
+    gevent.sleep(0.01)
+    done = len(pings(runner))
+    gevent.sleep(0.2)
+    assert len(pings(runner)) == done
 
 
 def test_the_manifest_records_clocks_probes_and_sink_losses(tmp_path: Path) -> None:
