@@ -118,7 +118,7 @@ def setup(environment: Any) -> None:
                 run_id = choose_run_id(environment, options.run_id)
                 environment.llmload_pending_probes = preflight(
                     options, environment.host or "", run_id,
-                    check_tokenizer=not isinstance(runner, MasterRunner),
+                    sends_requests=not isinstance(runner, MasterRunner),
                 )  # fmt: skip
                 environment.llmload_next_run_id = run_id
             elif not environment.host:
@@ -272,7 +272,7 @@ def _check_web_ui_starts(environment: Any) -> None:
             options = chat_options.from_parsed(parsed)
             run_id = choose_run_id(environment, options.run_id)
             probes = preflight(options, host, run_id,
-                               check_tokenizer=not isinstance(environment.runner, MasterRunner))  # fmt: skip
+                               sends_requests=not isinstance(environment.runner, MasterRunner))  # fmt: skip
         except LlmloadError as exc:
             log.error("llmload: error: %s", exc)
             return jsonify({"success": False, "message": f"llmload: {exc}", "host": host})

@@ -11,7 +11,8 @@ One path for every mode (docs/reliability.md, "Bad input"):
   their network) when the run starts; a worker that cannot start tells the master, which
   stops the run naming the worker and the cause, and exits non-zero.
 
-What `preflight()` checks, in order: the tokenizer can build exact prompts; the target
+What `preflight()` checks, in order: the tokenizer can build exact prompts and the local
+spool folder is writable (in a process that sends requests); the target
 answers (any HTTP response; `--wait-ready SECONDS` waits for one that is still starting);
 the events store accepts the run's first object, its manifest. A store that fails later in
 the run keeps the usual behaviour (parts wait in the spool, nothing lost).
@@ -20,8 +21,10 @@ the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -113,8 +116,32 @@ def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> Object
     return store
 
 
+def check_spool(options: ChatOptions) -> None:
+    """The local spool folder (every part goes through it) takes a file, or UsageError."""
+    from locustfiles.sink import default_spool_dir
+
+    root = Path(options.spool_dir) if options.spool_dir else default_spool_dir()
+    try:
+        # writes nothing that stays: the sink makes the folder; here its nearest existing
+        # folder must be a folder that takes a file (root may read and write anywhere)
+        place = root.absolute()
+        while not place.exists() and place != place.parent:
+            place = place.parent
+        if not place.is_dir():
+            raise NotADirectoryError(f"{place} is not a folder")
+        with tempfile.NamedTemporaryFile(dir=place, prefix=".llmload-check-"):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write to the spool folder {root} ({_store_reason(exc)}); fix --spool-dir "
+            "(a writable local folder; default: the system temp folder) or its permissions"
+        ) from None
+
+
 def check_store_reachable(options: ChatOptions, run_id: str) -> None:
-    """A worker's view of the store: a directory it can write, or a bucket it can reach."""
+    """A worker's view of its spool and the store: a directory it can write, or a bucket it
+    can reach."""
+    check_spool(options)
     try:
         store = open_store(options.events_uri)
         root = getattr(store, "root", None)
@@ -139,15 +166,16 @@ def _store_reason(exc: BaseException) -> str:
 
 
 def preflight(
-    options: ChatOptions, host: str, run_id: str, *, check_tokenizer: bool = True
+    options: ChatOptions, host: str, run_id: str, *, sends_requests: bool = True
 ) -> list[ProbeRecord]:
     """Everything the master checks before a run: raises UsageError naming the first problem.
 
-    Returns the probes it sent (for the manifest). `check_tokenizer=False` on a master with
-    workers: each worker loads the tokenizer on its own host, which may be the only one
-    that has it."""
-    if check_tokenizer:
+    Returns the probes it sent (for the manifest). `sends_requests=False` on a master with
+    workers: each worker loads the tokenizer and uses a spool folder on its own host, which
+    may be the only one that has them (workers check both when the run starts)."""
+    if sends_requests:
         check_prompts(options)
+        check_spool(options)
     probe = check_target(host, options)
     write_first_manifest(options, run_id, host)
     return [probe]

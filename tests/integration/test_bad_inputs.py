@@ -193,6 +193,9 @@ CASES = [
          "cannot write to the events store", env=S3_UNREACHABLE),
     Case("tokenizer-missing", ("locust", "--tokenizer", "/nonexistent/tok.json"), 2,
          "cannot load tokenizer"),
+    Case("spool-dir-unwritable", ("locust", "--spool-dir", "f/spool"), 2,
+         ("cannot write to the spool folder f/spool (", "/f is not a folder); fix --spool-dir"),
+         setup=_write("f", "a file, not a folder\n")),
     # -- campaign files --------------------------------------------------------------------
     Case("campaign-unknown-keys", ("llmload", "campaign", "c.yaml"), 2,
          ("c.yaml: unknown keys 'stpes' (did you mean 'steps'?), 'target.modle' (did you mean "
