@@ -155,6 +155,8 @@ def setup(environment: Any) -> None:
         environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
         environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
     environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))
+    if isinstance(runner, MasterRunner):
+        environment.events.quitting.add_listener(lambda **_: _finish_on_quit(environment))
     if _is_master(runner) and environment.parsed_options is not None:
         _add_live_views(environment)  # after _on_test_stop: the report needs the finish
 
@@ -367,6 +369,13 @@ def _on_test_stop(environment: Any) -> None:
             environment,
             lambda c: c.finish(local_report if isinstance(runner, LocalRunner) else None),
         )
+
+
+def _finish_on_quit(environment: Any) -> None:
+    """Locust can quit a distributed run without firing test_stop (its last worker went
+    missing while the shape ended): finish the run now, so that its manifest gets its end
+    and the exit status its verdict (quitting fires before Locust picks the status)."""
+    _with_coordinator(environment, lambda c: c.finish(None))
 
 
 @events.init_command_line_parser.add_listener

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -352,7 +353,11 @@ class RunCoordinator:
             log.warning("llmload: clock exchange with worker %s failed", client_id, exc_info=True)
 
     def finish(self, local_report: dict[str, Any] | None = None) -> dict[str, Any]:
-        """End handshake (distributed) then the final manifest. Returns it."""
+        """End handshake (distributed) then the final manifest. Returns it (once: a second
+        call, e.g. Locust's test_stop after llmload finished the run on quitting, only
+        returns it)."""
+        if self.finished_at is not None:
+            return self.manifest.to_dict()
         runner = self.environment.runner
         self.staircase.stop()
         if self.server_metrics is not None:
@@ -380,6 +385,18 @@ class RunCoordinator:
                     ", ".join(self._describe(c) for c in missing),
                 )
         status = "finished" if self.staircase.completed else "aborted"
+        if local_report is None and self.workers and not self.finished:
+            # No worker confirmed its events: all lost (Locust then stops the run as if
+            # asked to) or none flushed in time. A failure (exit 1), not an early stop.
+            lost = ", ".join(self._describe(c) for c in sorted(self.workers))
+            print(
+                f"llmload: error: run {self.run_id}: no worker confirmed its events ({lost}); "
+                "they were lost or did not flush within --finish-timeout: the report is "
+                "incomplete until their spools are uploaded (llmload upload-spool)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.environment.process_exit_code = 1
         if getattr(self.plan, "status", None) == "lowest_failed":
             log.error("llmload: capacity search: even the lowest level (%g) missed the SLO %s",
                       self.options.levels[0], self.options.slo)  # fmt: skip

@@ -162,10 +162,12 @@ def run_workload(
             except subprocess.TimeoutExpired:
                 break  # stop_all ends it
         if not _completed(campaign, master.returncode):
+            said = _error_lines(children.log_path("master"))  # its own words, if it said any
             tail = children.log_tail("master")
             raise CampaignError(
-                f"the Locust master of run {run_id} exited with status {master.returncode}; "
-                f"log {children.log_path('master')}:\n{tail}"
+                f"the Locust master of run {run_id} exited with status {master.returncode}"
+                + (f": {said}" if said else "")
+                + f"; log {children.log_path('master')}:\n{tail}"
             )
         for name, worker in workers.items():  # a worker that failed while its master ended
             if worker.returncode not in (None, 0):
@@ -174,6 +176,17 @@ def run_workload(
                     f"log {children.log_path(name)}:\n{children.log_tail(name)}"
                 )
         return int(master.returncode)
+
+
+def _error_lines(log: Path) -> str:
+    """The `llmload: error:` lines of a child's log, joined (at most three)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    prefix = "llmload: error: "
+    said = [line[len(prefix) :] for line in lines if line.startswith(prefix)]
+    return " / ".join(said[:3])[:2000]
 
 
 def _completed(campaign: Campaign, status: int | None) -> bool:

@@ -20,7 +20,15 @@ import urllib.request
 from pathlib import Path
 
 from infra.ports import free_port
-from tests.support.chat import BIN, LOCUSTFILE, ROOT, LocustResult, start_sim, start_worker
+from tests.support.chat import (
+    BIN,
+    LOCUSTFILE,
+    ROOT,
+    LocustResult,
+    start_master,
+    start_sim,
+    start_worker,
+)
 
 
 def word_tokenizer(path: Path) -> None:
@@ -42,15 +50,8 @@ def test_a_worker_without_its_tokenizer_stops_the_run_naming_it(tmp_path: Path) 
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with start_sim(tmp_path / "sim") as sim:
-        master = subprocess.Popen(
-            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--master",
-             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-             "--expect-workers", "2", "--expect-workers-max-wait", "20", "--host", sim.url,
-             "--events-uri", str(tmp_path / "runs"), "--steps", "2,4", "--step-duration", "60",
-             "--step-warmup", "1", "--cold-requests", "0", "--tokenizer", "tok/tokenizer.json",
-             "--spool-dir", str(tmp_path / "spool")],
-            cwd=here, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
+        master = start_master(port, sim.url, tmp_path, "--tokenizer", "tok/tokenizer.json",
+                              workers=2, env=env, cwd=here)  # fmt: skip
         workers = [start_worker(port, env, cwd) for cwd in (here, elsewhere)]
         start = time.monotonic()
         try:

@@ -197,7 +197,8 @@ def test_workers_cut_off_from_their_master_stop_flush_and_exit(cluster: Cluster)
     again = report_again(cluster, run_id, host="worker-a")
     assert again["completeness"]["complete"] is True, again["warnings"]
     assert any(w.startswith("the run has no recorded end") for w in again["warnings"])
-    # the master, alone on its host, lost both workers; the campaign cannot reach the store
+    # the master, alone on its host, lost both workers: a failed run (exit 1), named
     assert campaign.wait(90) == 1, logs(cluster)
     campaign_out = (cluster.work / "campaign.log").read_text(errors="replace")
-    assert "store unreachable" in campaign_out, campaign_out[-3000:]
+    assert "exited with status 1: run " in campaign_out, campaign_out[-3000:]
+    assert ": no worker confirmed its events (" in campaign_out

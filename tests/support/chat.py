@@ -122,6 +122,29 @@ class LocustResult:
         return read("requests"), read("chunks"), manifest
 
 
+def start_master(
+    master_port: int,
+    host: str,
+    work: Path,
+    *args: str,
+    workers: int,
+    env: dict[str, str],
+    cwd: Path | None = None,
+) -> subprocess.Popen[str]:
+    """A headless Locust master of the chat user on loopback, expecting `workers` workers:
+    steps 2,4 of 60 s unless `args` say otherwise, events under work/runs, its spool in
+    work/spool (stdout and stderr piped)."""
+    return subprocess.Popen(
+        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--master",
+         "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
+         "--expect-workers", str(workers), "--expect-workers-max-wait", "30", "--host", host,
+         "--events-uri", str(work / "runs"), "--steps", "2,4", "--step-duration", "60",
+         "--step-warmup", "1", "--cold-requests", "0", "--spool-dir", str(work / "spool"),
+         *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+    )  # fmt: skip
+
+
 def start_worker(
     master_port: int, env: dict[str, str], cwd: Path | None = None
 ) -> subprocess.Popen[str]:

@@ -109,6 +109,25 @@ def test_a_master_that_fails_otherwise_still_fails_a_search(
         )
 
 
+def test_a_failed_master_is_named_in_its_own_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master's `llmload: error:` lines lead the campaign's error, whatever its log's
+    tail holds (Locust prints its tables after them)."""
+    said = "llmload: error: run r1: no worker confirmed its events (w on h)"
+    code = f"import sys; print({said!r}); print('table\\n' * 40); sys.exit(1)"
+    monkeypatch.setattr(runner, "master_command", lambda *a: [sys.executable, "-c", code])
+    monkeypatch.setattr(runner, "worker_command", lambda *args: [sys.executable, "-c", "pass"])
+    campaign = parse_campaign(SEARCH)
+    with pytest.raises(CampaignError) as failed:
+        runner.run_workload(
+            campaign, campaign.workload[0], "r1", tmp_path / "logs", {}, lambda line: None
+        )
+    first = str(failed.value).splitlines()[0]
+    assert first.startswith("the Locust master of run r1 exited with status 1: run r1: no ")
+    assert "confirmed its events (w on h); log " in first
+
+
 def _campaign_file(tmp_path: Path, workloads: int) -> Path:
     specs = ", ".join(f"{{name: w{i}, spec: 'D(16,8)'}}" for i in range(workloads))
     path = tmp_path / "c.yaml"
