@@ -385,7 +385,9 @@ class RunCoordinator:
                     ", ".join(self._describe(c) for c in missing),
                 )
         status = "finished" if self.staircase.completed else "aborted"
-        if local_report is None and self.workers and not self.finished:
+        # not when the run already failed for a cause it named (a worker that cannot start)
+        stopped_for = getattr(self.environment, "process_exit_code", None)
+        if local_report is None and self.workers and not self.finished and not stopped_for:
             # No worker confirmed its events: all lost (Locust then stops the run as if
             # asked to) or none flushed in time. A failure (exit 1), not an early stop.
             lost = ", ".join(self._describe(c) for c in sorted(self.workers))
