@@ -6,11 +6,11 @@ task (a greenlet under gevent, a thread otherwise). It takes the buffers from th
 (`EventSink.take`) every ENCODE_EVERY_S and encodes them with each table's encoder (in
 slices, yielding to the loop), so that encoding is a steady trickle of small slices whose
 code stays warm; seals the encoded rows into a part when a table reaches `part_rows` rows,
-every `part_seconds`, or on flush()/close(); writes each part to a local spool with fsync; uploads it without overwriting;
-deletes it from the spool only once the store has it; and keeps `index/worker=<id>.json`
-up to date. A store outage only makes parts wait in the spool (uploads retry with capped
-exponential backoff and jitter, forever while running); a crashed worker's spool is
-uploaded later by `llmload upload-spool`. See docs/reliability.md.
+every `part_seconds`, or on flush()/close(); writes each part to a local spool with fsync;
+uploads it without overwriting; deletes it from the spool only once the store has it; and
+keeps `index/worker=<id>.json` up to date. A store outage only makes parts wait in the
+spool (uploads retry with capped exponential backoff and jitter, forever while running); a
+crashed worker's spool is uploaded later by `llmload upload-spool`. See docs/reliability.md.
 
 The pipeline knows tables only by name: whatever `encoders` maps a name to turns that
 table's buffered items into an Arrow table, and row counts are kept per table name.

@@ -4,12 +4,11 @@ The request path only appends references to in-memory buffers (no I/O, no conver
 exception). Everything after that is the sink's `SinkPipeline` (locustfiles/pipeline.py),
 one background task (a greenlet under gevent, a thread otherwise) that encodes the buffers
 every quarter second and seals the encoded rows into Parquet parts when a table reaches
-`part_rows` rows or every `part_seconds`, writes
-each part to a local spool with fsync, uploads it without overwriting, deletes it from the
-spool only once the store has it, and keeps `index/worker=<id>.json` up to date. A store
-outage only makes parts wait in the spool (uploads retry with capped exponential backoff
-and jitter, forever while running); a crashed worker's spool is uploaded later by
-`llmload upload-spool`. See docs/reliability.md.
+`part_rows` rows or every `part_seconds`, writes each part to a local spool with fsync,
+uploads it without overwriting, deletes it from the spool only once the store has it, and
+keeps `index/worker=<id>.json` up to date. A store outage only makes parts wait in the
+spool (uploads retry with capped exponential backoff and jitter, forever while running); a
+crashed worker's spool is uploaded later by `llmload upload-spool`. See docs/reliability.md.
 
 Use (a Locust worker; issue 5's ChatUser):
 
