@@ -53,6 +53,7 @@ class Case:
     fragment: str | tuple[str, ...]
     setup: Callable[[Path], None] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    store: bool = False  # the session's SeaweedFS endpoint and credentials, before `env`
 
 
 # -- setups: files a case needs, written before the "nothing written" snapshot ------------
@@ -191,6 +192,10 @@ CASES = [
          "cannot write to the events store"),
     Case("s3-store-unreachable", ("locust", "--events-uri", "s3://bucket/prefix"), 2,
          "cannot write to the events store", env=S3_UNREACHABLE),
+    Case("s3-secret-wrong", ("locust", "--events-uri", "s3://llmload/runs"), 2,
+         ("cannot write to the events store s3://llmload/runs (", "SignatureDoesNotMatch "
+          "(credentials refused: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"),
+         env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, store=True),
     Case("tokenizer-missing", ("locust", "--tokenizer", "/nonexistent/tok.json"), 2,
          "cannot load tokenizer"),
     Case("spool-dir-unwritable", ("locust", "--spool-dir", "f/spool"), 2,
@@ -301,8 +306,11 @@ def _command(case: Case, sim: SimProcess, port: int) -> list[str]:
     return [str(BIN / "llmload"), *args]
 
 
-def _environment(case: Case, cwd: Path, port: int, marker: str) -> dict[str, str]:
-    """The parent's environment without llmload, Locust or AWS settings, plus the case's."""
+def _environment(
+    case: Case, cwd: Path, port: int, marker: str, store: dict[str, str]
+) -> dict[str, str]:
+    """The parent's environment without llmload, Locust or AWS settings, plus the store's
+    (a case that needs one) and the case's."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LOCUST_", "LLMLOAD_", "AWS_")) and k != "OPENAI_API_KEY"}  # fmt: skip
     env.update(
@@ -312,6 +320,7 @@ def _environment(case: Case, cwd: Path, port: int, marker: str) -> dict[str, str
         AWS_EC2_METADATA_DISABLED="true",
         LLMLOAD_BAD_INPUT_CASE=marker,
     )
+    env.update(store)
     env.update({k: v.replace("{free_port}", str(port)) for k, v in case.env.items()})
     return env
 
@@ -346,17 +355,18 @@ def _left_behind(pgid: int, marker: str) -> list[psutil.Process]:
     [pytest.param(c, id=c.id) for c in CASES],
 )
 def test_bad_input_is_one_line_and_nothing_else(
-    case: Case, sim: SimProcess, tmp_path: Path
+    case: Case, sim: SimProcess, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     cwd = tmp_path / "cwd"
     (cwd / "tmp").mkdir(parents=True)
     if case.setup is not None:
         case.setup(cwd)
     port, marker = free_port(), uuid.uuid4().hex
+    store = request.getfixturevalue("seaweed").env() if case.store else {}
     before = _snapshot(cwd)
     start = time.monotonic()
     proc = subprocess.Popen(
-        _command(case, sim, port), cwd=cwd, env=_environment(case, cwd, port, marker),
+        _command(case, sim, port), cwd=cwd, env=_environment(case, cwd, port, marker, store),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
