@@ -14,7 +14,7 @@ from typing import Any
 import gevent
 from locust import User, constant, events, task
 from locust.exception import RPCError
-from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRunner, WorkerRunner
 
 from analysis.errors import LlmloadError
 from locustfiles import live
@@ -154,6 +154,11 @@ def setup(environment: Any) -> None:
             MasterWatch(environment).start()  # a lost master: stop, flush, exit non-zero
         environment.events.test_start.add_listener(lambda **_: _start_worker(environment))
         environment.events.quitting.add_listener(lambda **_: _close_worker(environment))
+        if getattr(runner, "worker_state", None) in (STATE_SPAWNING, STATE_RUNNING):
+            # A worker that joins a running test connects before this init event: the
+            # master's first spawn can come first, and test_start has then fired without
+            # this listener (its share of a rate step would never be sent). Start now.
+            _start_worker(environment)
     environment.events.test_stop.add_listener(lambda **_: _on_test_stop(environment))
     if isinstance(runner, MasterRunner):
         environment.events.quitting.add_listener(lambda **_: _finish_on_quit(environment))
