@@ -18,17 +18,7 @@ from analysis.metrics import compute_request_metrics
 from analysis.stats import weighted_quantiles
 from infra.ports import free_port
 from locustfiles.sketch import RELATIVE_ACCURACY
-from tests.support.chat import BIN, LOCUSTFILE, LocustResult, start_sim, start_worker
-
-
-def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.support.chat import BIN, LOCUSTFILE, LocustResult, start_sim, start_worker, wait_for
 
 
 def get(url: str) -> str:

@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pandas as pd
 import pytest
 
 from locustfiles.masterwatch import EXIT_MASTER_LOST, MASTER_LOST_S
-from tests.support.chat import unseen_by_server
+from tests.support.chat import unseen_by_server, wait_for
 from tests.support.cluster import (
     BIN,
     MASTER_PORT,
@@ -33,16 +32,6 @@ from tests.support.cluster import (
 pytestmark = pytest.mark.multihost
 
 LOST_MESSAGE = "llmload: error: lost the master {address}:{port} (no heartbeat for"
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
 def start_campaign(cluster: Cluster, config: Path) -> subprocess.Popen[Any]:

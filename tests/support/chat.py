@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,18 @@ class LocustResult:
             return pd.concat(tables, ignore_index=True)
 
         return read("requests"), read("chunks"), manifest
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `check` every 0.1 s until it returns something true (returned), or fail after
+    `timeout` s naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
 
 
 def start_master(
