@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from analysis.build import build_report
     from analysis.compare import Comparison, compare_runs, compare_summaries
     from analysis.errors import (
         EventDataError,
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     )
     from analysis.load import Completeness, RunData, load_run
     from analysis.metrics import RequestMetrics, Samples, compute_request_metrics
-    from analysis.report import Report, build_report, summarize_run
+    from analysis.report import Report, summarize_run
     from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION
     from analysis.slo import Slo, parse_slo
     from analysis.stats import DistributionSummary
@@ -69,7 +70,7 @@ _HOME = {
     "SchemaVersionError": "analysis.errors",
     "Slo": "analysis.slo",
     "UsageError": "analysis.errors",
-    "build_report": "analysis.report",
+    "build_report": "analysis.build",
     "compare_runs": "analysis.compare",
     "compare_summaries": "analysis.compare",
     "compute_request_metrics": "analysis.metrics",

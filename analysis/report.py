@@ -1,6 +1,6 @@
 """The library entry: a run's events in, percentile reports per step out.
 
-    report = build_report("s3://bench/runs/r1", "out/", slo="ttft_p99=0.5,tpot=0.05")
+    report = build_report("s3://bench/runs/r1", "out/", slo="ttft_p99=0.5,tpot=0.05")  # analysis.build
     report.summary            # one row per step (+ the cold group), columns as in docs/reports.md
     report.sessions           # one row per session (None: the run has no sessions)
     report.slo_failed, report.best_concurrency, report.best_rate, report.search
@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 import pandas as pd
 import pyarrow as pa
@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from analysis.clocks import clock_warnings
 from analysis.errors import UsageError
-from analysis.load import Completeness, RunData, load_run
+from analysis.load import Completeness, RunData
 from analysis.metrics import compute_request_metrics
 from analysis.search import SearchSummary, summarize_search
 from analysis.server_metrics import ServerMetrics
@@ -241,33 +241,3 @@ def make_out_dir(out_dir: str | Path) -> Path:
             f"cannot create the output directory {out} ({exc.strerror}); give a writable --out"
         ) from None
     return out
-
-
-def build_report(
-    run_uri: str,
-    out_dir: str | Path,
-    slo: Slo | str | None = None,
-    *,
-    html: bool = True,
-    progress: bool = True,
-    progress_stream: TextIO | None = None,
-) -> Report:
-    """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
-
-    The SLO spec is parsed before anything is read, so a bad spec writes nothing.
-    """
-    from analysis.report_html import render_html
-    from analysis.report_md import render_markdown
-
-    slo = slo if isinstance(slo, Slo) else parse_slo(slo)
-    run = load_run(run_uri, progress=progress, progress_stream=progress_stream)
-    report = summarize_run(run, slo)
-    out = make_out_dir(out_dir)
-    files = write_tables(report, out)
-    files["report.md"] = out / "report.md"
-    files["report.md"].write_text(render_markdown(report), encoding="utf-8")
-    if html:
-        files["report.html"] = out / "report.html"
-        files["report.html"].write_text(render_html(report), encoding="utf-8")
-    report.files = files
-    return report

@@ -2,7 +2,7 @@
 
 During a run with `--search`, the master judged every probe step on its live statistics:
 mergeable sketches of 1% relative accuracy over every finished request of the step, the
-warmup included (locustfiles/search.py). The report judges the same steps exactly, from the
+warmup included (locustfiles/master/search.py). The report judges the same steps exactly, from the
 events and over their steady windows, under the search's own SLO, and flags every probe
 whose live verdict the events contradict.
 

@@ -1,6 +1,6 @@
 """The workers' own health per step: CPU, event-loop lag, stalls, and the requests they touched.
 
-Every worker samples itself (locustfiles/monitor.py): once a second its process CPU% and the
+Every worker samples itself (locustfiles/worker/monitor.py): once a second its process CPU% and the
 lag of every loop probe in that second (`samples`), and every stall of its event loop of
 5 ms or more (`stalls`); each request carries `worker_stall_ns`, the stall time that
 overlapped it. Per step window (master clock: worker times corrected by the worker's clock

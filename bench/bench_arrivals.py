@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from locustfiles.arrivals import Schedule  # noqa: E402
+from locustfiles.traffic.arrivals import Schedule  # noqa: E402
 from tests.support.chat import BIN, LOCUSTFILE, start_sim  # noqa: E402
 
 SLIP_LIMIT_MS = 10.0

@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 from infra.engines.tiny_llama import corpus, recipe_for, train_tokenizer
-from locustfiles.prompts import PromptBuilder, TokenCounter, _from_tokenizers
+from locustfiles.request.tokenizer import TokenCounter, _from_tokenizers
+from locustfiles.traffic.prompts import PromptBuilder
 
 
 def glued_bpe() -> Any:

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from infra.store import LocalStore  # noqa: E402
-from locustfiles.sink import EventSink, SinkConfig  # noqa: E402
+from locustfiles.sink.eventsink import EventSink, SinkConfig  # noqa: E402
 
 CHUNKS_PER_REQUEST = 100
 

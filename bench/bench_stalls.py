@@ -42,9 +42,9 @@ sys.path.insert(0, {root!r})
 import gevent
 import locust  # noqa: F401  (a worker's heap)
 import numpy as np
-from locustfiles.monitor import LoopMonitor
-from locustfiles.sink import EventSink, SinkConfig
-from locustfiles.warmup import freeze_gc, warm_up
+from locustfiles.worker.monitor import LoopMonitor
+from locustfiles.sink.eventsink import EventSink, SinkConfig
+from locustfiles.sink.warmup import freeze_gc, warm_up
 
 warm, freeze, seconds, rate, chunks, tmp = {warm}, {freeze}, {seconds}, {rate}, {chunks}, {tmp!r}
 gen2 = []

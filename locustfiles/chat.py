@@ -17,26 +17,28 @@ from locust.exception import RPCError
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRunner, WorkerRunner
 
 from analysis.errors import LlmloadError
-from locustfiles import live
-from locustfiles import options as chat_options
-from locustfiles.client import new_pool
-from locustfiles.master import (
+from locustfiles.live import stats as live
+from locustfiles.master.coordinator import choose_run_id, worker_identity
+from locustfiles.master.preflight import check_store_reachable, form_namespace, preflight
+from locustfiles.master.shape import StepShape
+from locustfiles.request.client import new_pool
+from locustfiles.run import options as chat_options
+from locustfiles.run.protocol import (
     MSG_CLOCK,
     MSG_CLOCK_OFFSET,
     MSG_CLOCK_REPLY,
     MSG_FINISH,
     MSG_FINISHED,
     MSG_HELLO,
+    MSG_IN_FLIGHT,
     MSG_PROBES,
+    MSG_STEP,
+    MSG_STEP_QUERY,
     MSG_WORKER_FAILED,
-    choose_run_id,
-    worker_identity,
+    StepState,
 )
-from locustfiles.masterwatch import MasterWatch
-from locustfiles.preflight import check_store_reachable, form_namespace, preflight
-from locustfiles.shape import StepShape
-from locustfiles.steps import MSG_IN_FLIGHT, MSG_STEP, MSG_STEP_QUERY, StepState
-from locustfiles.worker import WorkerContext, failure_for
+from locustfiles.worker.context import WorkerContext, failure_for
+from locustfiles.worker.masterwatch import MasterWatch
 
 log = logging.getLogger("llmload")
 
@@ -168,7 +170,7 @@ def setup(environment: Any) -> None:
 
 def _add_live_views(environment: Any) -> None:
     """The LLM tab (web UI), the step lines (headless), the report at the end of a run."""
-    from locustfiles import console, endreport, webtab
+    from locustfiles.live import console, endreport, webtab
 
     if getattr(environment, "web_ui", None) is not None:
         webtab.register(environment)

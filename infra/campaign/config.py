@@ -431,9 +431,9 @@ class _Section:
 
     def session_option(self, key: str, flag: str) -> str:
         """A session option (a number or a text), checked by the option's own parser."""
-        from locustfiles.options import parse_history
-        from locustfiles.spread import parse_spread
-        from locustfiles.workloads import parse_workload
+        from locustfiles.run.options import parse_history
+        from locustfiles.traffic.spread import parse_spread
+        from locustfiles.traffic.workloads import parse_workload
 
         default = str(getattr(Campaign, key))
         value = self._get(key)
@@ -457,7 +457,7 @@ class _Section:
         return text
 
     def arrival(self, key: str) -> str:
-        from locustfiles.options import parse_arrival
+        from locustfiles.run.options import parse_arrival
 
         value = self.string(key, Campaign.arrival)
         try:
@@ -512,7 +512,7 @@ class _Section:
         return tuple(out)
 
     def _spec(self, key: str, spec: str) -> str:
-        from locustfiles.workloads import parse_workload
+        from locustfiles.traffic.workloads import parse_workload
 
         try:
             parse_workload(spec)

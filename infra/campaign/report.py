@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from analysis.build import build_report
 from analysis.present import SIMULATED_BANNER, step_table
-from analysis.report import Report, build_report
+from analysis.report import Report
 from analysis.report_md import md_table
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from infra.check.client import Answer, StreamAnswer, Target
 from infra.check.metrics import read_gauge, wait_until
-from locustfiles.prometheus import RUNNING_NAMES
+from locustfiles.master.prometheus import RUNNING_NAMES
 
 INPUT_REJECTED: Final = (400, 413, 422)
 DEFAULT_BAD_INPUT_WORDS: Final = 200_000

@@ -1,7 +1,7 @@
 """Plain blocking HTTP for `llmload check` (urllib3 in a normal process: no gevent, no locust).
 
 Streams are read with the same SSE reader and event rules as the load workers
-(`locustfiles/sse.py`, `locustfiles/stream.py`), so the check judges a stream as a run would.
+(`locustfiles/request/sse.py`, `locustfiles/request/stream.py`), so the check judges a stream as a run would.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from urllib3.exceptions import (
     ReadTimeoutError,
 )
 
-from locustfiles.record import RequestRecord
-from locustfiles.sse import events
-from locustfiles.stream import StreamFailure, StreamState
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.sse import events
+from locustfiles.request.stream import StreamFailure, StreamState
 
 
 @dataclass

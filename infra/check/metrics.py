@@ -4,7 +4,7 @@
     seconds = wait_until(target, url, names, lambda v: v <= baseline, timeout=5)
 
 The parser and the gauge names are shared with the master's scraper
-(`locustfiles/prometheus.py`).
+(`locustfiles/master/prometheus.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from infra.check.client import Target
-from locustfiles.prometheus import PrometheusFormatError, gauge_value, parse_prometheus
+from locustfiles.master.prometheus import PrometheusFormatError, gauge_value, parse_prometheus
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.build import build_report
     from analysis.present import step_table
-    from analysis.report import build_report
     from analysis.report_md import md_table
     from analysis.slo import parse_slo
 

@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from locustfiles.spool import upload_spool
+    from locustfiles.sink.spool import upload_spool
 
     if not args.events_uri:
         raise UsageError("no events URI: give --events-uri or set LLMLOAD_EVENTS_URI")

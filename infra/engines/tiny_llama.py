@@ -21,7 +21,7 @@ refuses `ignore_eos`, set at launch for all requests.
 
 `--small-vocab` builds it with a byte-level BPE of 400 tokens trained on made-up words
 instead: fewer than 50 of llmload's prompt words are one token, so exact prompts must be made
-of the tokenizer's own tokens (locustfiles/pieces.py), and without a tokenizer the prompt
+of the tokenizer's own tokens (locustfiles/traffic/pieces.py), and without a tokenizer the prompt
 calibration cannot be exact (each word takes a varying number of tokens).
 
 Needs the engine environment (requirements-engine.txt: torch, transformers, tokenizers).
@@ -84,7 +84,7 @@ def made_up_words(rng: random.Random, count: int = 2000) -> list[str]:
 def corpus(seed: int, lines: int, kind: str = "prompt words") -> list[str]:
     """ASCII sentences over llmload's prompt words, or over made-up words (Zipf-weighted),
     plus numbers and punctuation."""
-    from locustfiles.pieces import WORDS
+    from locustfiles.traffic.pieces import WORDS
 
     rng = random.Random(seed)
     words = list(dict.fromkeys(WORDS)) if kind == "prompt words" else made_up_words(rng)
@@ -125,7 +125,7 @@ def train_tokenizer(recipe: dict[str, Any]) -> Any:
 
 def tokenizer_checks(tok: Any) -> dict[str, int]:
     """How many prompt words are one token, and how many tokens re-encode to themselves."""
-    from locustfiles.pieces import WORDS
+    from locustfiles.traffic.pieces import WORDS
 
     words = list(dict.fromkeys(WORDS))
     single = sum(len(tok.encode(" " + w, add_special_tokens=False).ids) == 1 for w in words)

@@ -5,18 +5,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from infra.simserver.engine import SeqState, Sequence
+from infra.simserver.engine import Engine, SeqState, Sequence
 from infra.simserver.faults import FaultPlan
 from infra.simserver.http import CHUNKED_END, HttpConnection, Request, frame_chunk
 from infra.simserver.schema import GenerationParams
 from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder, ToolCall
 
 if TYPE_CHECKING:
-    from infra.simserver.api import SimApp
+    from infra.simserver.config import SimConfig
+    from infra.simserver.metrics import SimStats
+    from infra.simserver.tokens import TokenText
     from infra.simserver.truth import TruthLog
+
+
+class Server(Protocol):
+    """What a generation uses of the server that admitted it (api.SimApp)."""
+
+    config: SimConfig
+    engine: Engine
+    stats: SimStats
+    truth: TruthLog | None
+    served_model: str
+    text: TokenText
+    rng: random.Random
+
+    def reject_queue_full(
+        self, conn: HttpConnection, request: Request, request_id: str
+    ) -> None: ...
 
 
 class _Ended:
@@ -32,7 +51,7 @@ _ENDED = _Ended()
 class Generation:
     def __init__(
         self,
-        app: SimApp,
+        app: Server,
         conn: HttpConnection,
         request: Request,
         params: GenerationParams,

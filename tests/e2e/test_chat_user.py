@@ -77,7 +77,7 @@ def test_exact_prompt_lengths_with_a_tokenizer_and_token_counts_without_usage(
 ) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from locustfiles.prompts import _WORDS
+    from locustfiles.traffic.prompts import _WORDS
 
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(_WORDS))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))

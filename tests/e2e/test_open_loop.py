@@ -2,7 +2,7 @@
 
 The arrival schedule is seeded, so each run's realised schedule is the same every time: the
 tests compare what the server received with the schedule the workers were meant to send
-(`locustfiles.arrivals.Schedule`), and with the rate and distribution asked for.
+(`locustfiles.traffic.arrivals.Schedule`), and with the rate and distribution asked for.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from locustfiles.arrivals import Schedule
+from locustfiles.traffic.arrivals import Schedule
 from tests.support.chat import LocustResult, run_locust, start_sim, unseen_by_server
 from tests.support.ks import cv, ks_exponential
 

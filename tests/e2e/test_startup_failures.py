@@ -34,7 +34,7 @@ from tests.support.chat import (
 def word_tokenizer(path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from locustfiles.prompts import _WORDS
+    from locustfiles.traffic.prompts import _WORDS
 
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(dict.fromkeys(_WORDS))}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
@@ -179,7 +179,7 @@ UNEXPECTED_FAILURE = """
 import argparse, logging, sys, types
 logging.basicConfig(level=getattr(logging, sys.argv[2]), stream=sys.stderr)
 import locustfiles.chat as chat
-from locustfiles.options import OPTIONS
+from locustfiles.run.options import OPTIONS
 
 def broken(*args, **kwargs):
     raise OSError(28, "No space left on device")

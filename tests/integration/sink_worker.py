@@ -16,7 +16,7 @@ from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
 
-from locustfiles.sink import EventSink, SinkConfig  # noqa: E402
+from locustfiles.sink.eventsink import EventSink, SinkConfig  # noqa: E402
 from tests.support.events import RUN_ID, chunk_columns, request_id, request_row  # noqa: E402
 
 

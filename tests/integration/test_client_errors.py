@@ -7,10 +7,10 @@ import pytest
 import urllib3
 
 from analysis.schema import ERROR_KINDS
-from locustfiles.client import Limits, classify_status, execute
-from locustfiles.encode import EncodeContext, encode_requests
-from locustfiles.prompts import TokenCounter
-from locustfiles.record import RequestRecord
+from locustfiles.request.client import Limits, classify_status, execute
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.tokenizer import TokenCounter
+from locustfiles.sink.encode import EncodeContext, encode_requests
 from tests.support.sim import SimFactory
 
 

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from infra.ports import free_port
-from locustfiles.manifest import ProbeRecord
-from locustfiles.master import probe_target
+from locustfiles.master.coordinator import probe_target
+from locustfiles.run.manifest import ProbeRecord
 
 
 class Target(BaseHTTPRequestHandler):

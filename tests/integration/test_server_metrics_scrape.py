@@ -10,7 +10,7 @@ import urllib3
 
 from analysis.server_metrics import read_server_metrics
 from analysis.storage import open_store
-from locustfiles.server_metrics import ServerMetricsScraper, scrape_once
+from locustfiles.master.server_metrics import ServerMetricsScraper, scrape_once
 from tests.support.sim import RunningSim
 
 

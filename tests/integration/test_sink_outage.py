@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from locustfiles.sink import EventSink, SinkConfig
+from locustfiles.sink.eventsink import EventSink, SinkConfig
 from tests.support.events import RUN_ID, chunk_columns, request_id, request_row
 from tests.support.store import S3Target
 

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.storage import ObjectExistsError, ObjectStore, open_store
-from locustfiles.manifest import RunManifest, write_manifest
-from locustfiles.sink import EventSink, SinkConfig
+from locustfiles.run.manifest import RunManifest, write_manifest
+from locustfiles.sink.eventsink import EventSink, SinkConfig
 from tests.support.events import RUN_ID, chunk_columns, request_id, request_row
 from tests.support.store import S3Target
 

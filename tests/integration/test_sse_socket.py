@@ -1,6 +1,6 @@
 """The SSE reader over a real socket: the urllib3 internals it relies on, kernel times, the end.
 
-The fast path reads http.client's socket directly (locustfiles/sse.py `private_internals`).
+The fast path reads http.client's socket directly (locustfiles/request/sse.py `private_internals`).
 The first test is the canary: if an urllib3 or Python upgrade moves those private attributes,
 it fails here, by name, instead of every worker silently falling back to slower, loop-timed
 reads (which the fallback logs).
@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import urllib3
 
-from locustfiles import sse
-from locustfiles.client import Limits, execute, new_pool
-from locustfiles.record import RequestRecord
-from locustfiles.sse import ReadClock, events, private_internals
+from locustfiles.request import sse
+from locustfiles.request.client import Limits, execute, new_pool
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.sse import ReadClock, events, private_internals
 from tests.support.sim import TIMEOUT, SimFactory, chat_body
 
 MS = 1_000_000

@@ -53,8 +53,8 @@ from gevent import monkey
 monkey.patch_all()
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from locustfiles.client import Limits, execute, new_pool
-from locustfiles.record import RequestRecord
+from locustfiles.request.client import Limits, execute, new_pool
+from locustfiles.request.record import RequestRecord
 record = RequestRecord("r", 0, 1, False, "s", "chat", "m", True, None, 2, "")
 body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
 execute(new_pool(), f"http://127.0.0.1:{sys.argv[1]}/v1/chat/completions", body, {}, record,

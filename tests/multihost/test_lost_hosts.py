@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from locustfiles.masterwatch import EXIT_MASTER_LOST, MASTER_LOST_S
+from locustfiles.worker.masterwatch import EXIT_MASTER_LOST, MASTER_LOST_S
 from tests.support.chat import unseen_by_server, wait_for
 from tests.support.cluster import (
     BIN,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from locustfiles.arrivals import Schedule, worker_cap
+from locustfiles.traffic.arrivals import Schedule, worker_cap
 from tests.support.ks import cv, ks_exponential
 
 

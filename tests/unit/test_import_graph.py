@@ -1,4 +1,8 @@
-"""The `locustfiles` modules import each other without a cycle (issue 10 item 7)."""
+"""The import graph: no cycle anywhere, and locustfiles' rooms import one way (issue 19).
+
+Every import counts, at run time or type-only (`if TYPE_CHECKING:`), top level or inside a
+function: an arrow that points the wrong way is a design question even when it never runs.
+"""
 
 from __future__ import annotations
 
@@ -7,44 +11,47 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = "locustfiles"
+import locustfiles
+
+PACKAGES = ("locustfiles", "analysis", "infra")
 ROOT = Path(__file__).resolve().parents[2]
+# each room may import from the rooms before it; chat.py (the locustfile) wires them all
+ORDER = ("", *locustfiles.ROOMS, "chat")
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
 
 
-def _imported(tree: ast.AST, modules: set[str]) -> set[str]:
-    """Package modules a module imports anywhere (top level or in functions), at run time."""
+def _imported(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> set[str]:
+    """Project modules a module imports anywhere (top level, functions, type-only)."""
     found: set[str] = set()
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)  # the TYPE_CHECKING branch never runs
-            continue
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}  # from pkg import mod
-        stack.extend(ast.iter_child_nodes(node))
-    return {name for name in found if name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package this module is in (or is)
+                anchor = name.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}  # from pkg import mod
+    return {m for m in found if m in modules}
 
 
 def import_graph() -> dict[str, set[str]]:
-    files = sorted((ROOT / PACKAGE).glob("*.py"))
-    modules = {f"{PACKAGE}.{f.stem}" for f in files if f.stem != "__init__"}
-    return {
-        f"{PACKAGE}.{f.stem}": _imported(ast.parse(f.read_text()), modules)
-        - {f"{PACKAGE}.{f.stem}"}
-        for f in files
-        if f.stem != "__init__"
-    }
+    files = [f for p in PACKAGES for f in sorted((ROOT / p).rglob("*.py"))]
+    modules = {module_name(f) for f in files}
+    graph: dict[str, set[str]] = {}
+    for f in files:
+        name = module_name(f)
+        tree = ast.parse(f.read_text())
+        graph[name] = _imported(tree, name, f.name == "__init__.py", modules) - {name}
+    return graph
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -70,27 +77,72 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_find_cycle_sees_a_lazy_import() -> None:
-    source = "def f():\n    from locustfiles.b import x\n"
+def room(module: str) -> str:
+    """The room a locustfiles module lives in ('' for the package itself, 'chat' for chat)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def wrong_way(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a locustfiles room to a room after it."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith("locustfiles"):
+            continue
+        for target in sorted(t for t in targets if t.startswith("locustfiles")):
+            if ORDER.index(room(target)) > ORDER.index(room(module)):
+                bad.append(f"{module} -> {target}")
+    return bad
+
+
+def test_find_cycle_sees_lazy_and_type_only_imports() -> None:
+    lazy = "def f():\n    from locustfiles.b import x\n"
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from locustfiles import a\n"
+    modules = {"locustfiles.a", "locustfiles.b"}
     graph = {
-        "locustfiles.a": _imported(ast.parse(source), {"locustfiles.b"}),
-        "locustfiles.b": {"locustfiles.a"},
+        "locustfiles.a": _imported(ast.parse(lazy), "locustfiles.a", False, modules),
+        "locustfiles.b": _imported(ast.parse(typed), "locustfiles.b", False, modules),
     }
     assert find_cycle(graph) == ["locustfiles.a", "locustfiles.b", "locustfiles.a"]
 
 
-def test_locustfiles_has_no_import_cycle() -> None:
+def test_relative_imports_resolve() -> None:
+    modules = {"infra.simserver.api", "infra.simserver.engine"}
+    tree = ast.parse("from .engine import Engine\nfrom . import api\n")
+    assert _imported(tree, "infra.simserver.http", False, modules) == modules
+
+
+def test_no_import_cycle_anywhere() -> None:
     graph = import_graph()
-    assert "locustfiles.master" in graph["locustfiles.shape"]  # the graph sees real imports
-    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+    assert "locustfiles.master.coordinator" in graph["locustfiles.master.shape"]  # sees imports
+    assert "analysis.schema" in graph["analysis.load"]
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
 
 
-def test_steps_does_not_import_the_master_and_chat_exports_the_shape() -> None:
+def test_rooms_import_one_way() -> None:
+    graph = import_graph()
+    rooms = {room(m) for m in graph if m.startswith("locustfiles")}
+    assert rooms == set(ORDER), "a room missing from locustfiles.ROOMS, or one that is gone"
+    assert [p.name for p in (ROOT / "locustfiles").glob("*.py")] in (
+        ["__init__.py", "chat.py"],
+        ["chat.py", "__init__.py"],
+    ), "a module outside the rooms: put it in the room whose job it is"
+    assert wrong_way(graph) == []
+
+
+def test_wrong_way_names_the_arrow() -> None:
+    graph = {"locustfiles.request.client": {"locustfiles.worker.context"}}
+    assert wrong_way(graph) == ["locustfiles.request.client -> locustfiles.worker.context"]
+
+
+def test_the_protocol_does_not_import_the_master_and_chat_exports_the_shape() -> None:
     code = (
-        "import sys, locustfiles.steps\n"
-        "assert 'locustfiles.master' not in sys.modules, 'steps imports master'\n"
-        "import locustfiles.chat, locustfiles.shape\n"
-        "assert locustfiles.chat.StepShape is locustfiles.shape.StepShape\n"
+        "import sys, locust, locustfiles.run.protocol, locustfiles.worker.context\n"
+        "bad = [m for m in sys.modules if m.startswith('locustfiles.master')]\n"
+        "assert not bad, bad\n"
+        "import locustfiles.chat, locustfiles.master.shape\n"
+        "assert locustfiles.chat.StepShape is locustfiles.master.shape.StepShape\n"
         "assert 'StepShape' in locustfiles.chat.__all__\n"
     )
     result = subprocess.run(

@@ -1,5 +1,5 @@
 """Live statistics: sketch accounting, exact merging of worker deltas, the snapshot, the
-Prometheus endpoint and the Grafana dashboard (locustfiles/sketch.py, live.py, live_metrics.py)."""
+Prometheus endpoint and the Grafana dashboard (locustfiles/live/sketch.py, live.py, live_metrics.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.metrics import compute_request_metrics
 from analysis.stats import weighted_quantiles
-from locustfiles.live import LiveStats, Recorder
-from locustfiles.live_metrics import BUCKETS, EXPORTED, registry_for
-from locustfiles.record import RequestRecord
-from locustfiles.sketch import BIN_LIMIT, RELATIVE_ACCURACY, Sketch
-from locustfiles.steps import Staircase
+from locustfiles.live.metrics import BUCKETS, EXPORTED, registry_for
+from locustfiles.live.sketch import BIN_LIMIT, RELATIVE_ACCURACY, Sketch
+from locustfiles.live.stats import LiveStats, Recorder
+from locustfiles.master.staircase import Staircase
+from locustfiles.request.record import RequestRecord
 
 ROOT = Path(__file__).parents[2]
 MS = 1_000_000

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from locustfiles import console, endreport, webtab
+from locustfiles.live import console, endreport, webtab
 
 
 def _dist(p50: float, p90: float, p99: float) -> dict[str, float]:
@@ -31,7 +31,7 @@ def _row(step: int | None, concurrency: int, **over: Any) -> dict[str, Any]:
 
 
 class StubLive:
-    """The shape of locustfiles.live.LiveStats that the views read."""
+    """The shape of locustfiles.live.stats.LiveStats that the views read."""
 
     def __init__(self, rows: list[dict[str, Any]], current: dict[str, Any]) -> None:
         self.rows, self.current = rows, current
@@ -182,9 +182,9 @@ def test_the_metrics_endpoint_honours_the_web_base_path() -> None:
     Prometheus endpoint too, scraped from a real LiveStats."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from locustfiles.live import LiveStats
-    from locustfiles.live_metrics import register_endpoint
-    from locustfiles.record import RequestRecord
+    from locustfiles.live.metrics import register_endpoint
+    from locustfiles.live.stats import LiveStats
+    from locustfiles.request.record import RequestRecord
 
     coordinator = SimpleNamespace(run_id="r1", staircase=None, current=None)
     live = LiveStats(SimpleNamespace(runner=SimpleNamespace(state="running"),

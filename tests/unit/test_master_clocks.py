@@ -12,9 +12,10 @@ from typing import Any
 import gevent
 import pytest
 
-from locustfiles import master
-from locustfiles.master import CLOCK_BURST, MSG_CLOCK, MSG_CLOCK_OFFSET, RunCoordinator
-from locustfiles.options import OPTIONS, from_parsed
+from locustfiles.master import coordinator as master
+from locustfiles.master.coordinator import CLOCK_BURST, RunCoordinator
+from locustfiles.run.options import OPTIONS, from_parsed
+from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET
 
 MS = 1_000_000
 T1 = 1_700_000_000_000 * MS

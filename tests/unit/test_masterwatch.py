@@ -12,7 +12,7 @@ from typing import Any
 import gevent
 import pytest
 
-from locustfiles.masterwatch import EXIT_MASTER_LOST, MasterWatch
+from locustfiles.worker.masterwatch import EXIT_MASTER_LOST, MasterWatch
 
 
 class Hook:

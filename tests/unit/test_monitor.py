@@ -1,4 +1,4 @@
-"""The worker's measure of itself (locustfiles/monitor.py) on a real gevent hub."""
+"""The worker's measure of itself (locustfiles/worker/monitor.py) on a real gevent hub."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import gevent
 
-from locustfiles.monitor import LoopMonitor
+from locustfiles.worker.monitor import LoopMonitor
 
 
 def busy(seconds: float) -> None:

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from analysis.errors import UsageError
-from locustfiles.options import OPTIONS, from_parsed, parse_metadata
+from locustfiles.run.options import OPTIONS, from_parsed, parse_metadata
 
 
 def _namespace(**overrides: object) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""The Prometheus text parser and the engine gauges read from it (locustfiles/prometheus.py)."""
+"""The Prometheus text parser and the engine gauges read from it (locustfiles/master/prometheus.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from locustfiles.prometheus import (
+from locustfiles.master.prometheus import (
     PrometheusFormatError,
     Sample,
     allowed,

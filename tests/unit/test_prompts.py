@@ -1,4 +1,4 @@
-"""Prompts of an exact token count with any tokenizer (locustfiles/prompts.py, pieces.py).
+"""Prompts of an exact token count with any tokenizer (locustfiles/traffic/prompts.py, pieces.py).
 
 Every tokenizer here is trained or built in the test with the `tokenizers` library, on a
 narrow corpus of made-up words (so few of llmload's English words are one token):
@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import UsageError
-from locustfiles.pieces import MIN_PIECES, WORDS
-from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer
+from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
+from locustfiles.traffic.pieces import MIN_PIECES, WORDS
+from locustfiles.traffic.prompts import PromptBuilder
 
 tokenizers = pytest.importorskip("tokenizers")
 

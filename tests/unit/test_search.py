@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from analysis.slo import parse_slo
-from locustfiles.live import GroupStats
-from locustfiles.record import RequestRecord
-from locustfiles.search import MAX_BISECTIONS, CapacitySearch, FixedLevels, judge
-from locustfiles.steps import RATE_LEAD_S, Staircase
+from locustfiles.live.stats import GroupStats
+from locustfiles.master.search import MAX_BISECTIONS, CapacitySearch, FixedLevels, judge
+from locustfiles.master.staircase import RATE_LEAD_S, Staircase
+from locustfiles.request.record import RequestRecord
 
 
 def stats(ttft_s: float, n: int = 200, errors: int = 0) -> GroupStats:
@@ -113,7 +113,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr("locustfiles.steps.time", SimpleNamespace(time_ns=c))
+    monkeypatch.setattr("locustfiles.master.staircase.time", SimpleNamespace(time_ns=c))
     return c
 
 

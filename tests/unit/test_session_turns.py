@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from analysis.errors import UsageError
-from locustfiles.record import RequestRecord
-from locustfiles.sessions import MAX_TOOL_ROUNDS, TOOLS, Session, Turn
-from locustfiles.spread import parse_spread
-from locustfiles.stream import StreamState, parse_body
-from locustfiles.workloads import parse_workload
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.stream import StreamState, parse_body
+from locustfiles.traffic.sessions import MAX_TOOL_ROUNDS, TOOLS, Session, Turn
+from locustfiles.traffic.spread import parse_spread
+from locustfiles.traffic.workloads import parse_workload
 
 
 # -- spreads ------------------------------------------------------------------------------

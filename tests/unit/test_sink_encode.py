@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA
-from locustfiles.encode import REDACTED, EncodeContext, encode_chunks, encode_requests
+from locustfiles.sink.encode import REDACTED, EncodeContext, encode_chunks, encode_requests
 from tests.support.events import chunk_columns, request_row
 
 CTX = EncodeContext("run-1", "w1", store_prompts=False, secrets=("sk-supersecret",))
@@ -88,7 +88,7 @@ def test_pause_is_called_between_slices() -> None:
 
 
 def test_small_tables_keep_good_rows_and_reject_bad_ones_alone() -> None:
-    from locustfiles.encode import encode_rows
+    from locustfiles.sink.encode import encode_rows
 
     good = {"at_ns": 1, "interval_ns": 10, "cpu_percent": 12.5, "loop_lag_us": [3, 4]}
     bad = {**good, "cpu_percent": "lots"}

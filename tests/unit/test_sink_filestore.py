@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.storage import FileStore, ObjectInfo, StorageError
-from locustfiles.pipeline import ENCODE_EVERY_S
-from locustfiles.runtime import GeventRuntime, ThreadRuntime
-from locustfiles.sink import Backoff, EventSink, SinkConfig
-from locustfiles.spool import Spool, upload_spool
+from locustfiles.sink.eventsink import Backoff, EventSink, SinkConfig
+from locustfiles.sink.pipeline import ENCODE_EVERY_S
+from locustfiles.sink.runtime import GeventRuntime, ThreadRuntime
+from locustfiles.sink.spool import Spool, upload_spool
 from tests.support.events import RUN_ID, chunk_columns, request_id, request_row
 
 WORKER = "host-1-abc"
@@ -312,7 +312,7 @@ def test_gevent_runtime_without_blocking_the_loop(tmp_path: Path) -> None:
 
 
 def test_thread_runtime_is_the_default_without_gevent_patching(tmp_path: Path) -> None:
-    from locustfiles.runtime import pick_runtime
+    from locustfiles.sink.runtime import pick_runtime
 
     assert isinstance(pick_runtime("auto"), ThreadRuntime)
     with pytest.raises(ValueError):

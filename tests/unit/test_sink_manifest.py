@@ -7,7 +7,7 @@ from pathlib import Path
 
 from analysis.schema import SCHEMA_VERSION
 from analysis.storage import FileStore
-from locustfiles.manifest import (
+from locustfiles.run.manifest import (
     PROBE_PURPOSES,
     ProbeRecord,
     RunManifest,
@@ -16,7 +16,7 @@ from locustfiles.manifest import (
     scrub_config,
     write_manifest,
 )
-from locustfiles.secrets import is_secret_name, secret_values
+from locustfiles.run.secrets import is_secret_name, secret_values
 
 SECRET = "sk-live-0123456789abcdef"
 

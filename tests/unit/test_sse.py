@@ -7,7 +7,7 @@ import random
 import pytest
 import sseclient
 
-from locustfiles.sse import BodyError, _dechunk, data_of, events
+from locustfiles.request.sse import BodyError, _dechunk, data_of, events
 
 BODIES = [
     b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n',
@@ -95,6 +95,6 @@ def test_dechunk_rejects_garbage_sizes() -> None:
 
 
 def test_the_kernel_clock_skew_of_a_normal_process_is_zero() -> None:
-    from locustfiles.sse import _measure_kernel_skew
+    from locustfiles.request.sse import _measure_kernel_skew
 
     assert _measure_kernel_skew() == 0  # time_ns() and the kernel's timestamps agree here

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from locustfiles.prompts import TokenCounter
-from locustfiles.record import RequestRecord
-from locustfiles.stream import StreamFailure, StreamState, parse_body
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.stream import StreamFailure, StreamState, parse_body
+from locustfiles.request.tokenizer import TokenCounter
 
 
 def record(stream: bool = True) -> RequestRecord:

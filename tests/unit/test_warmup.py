@@ -8,9 +8,9 @@ from pathlib import Path
 
 import gevent
 
-from locustfiles.encode import EncodeContext
-from locustfiles.runtime import GeventRuntime
-from locustfiles.warmup import freeze_gc, warm_up
+from locustfiles.sink.encode import EncodeContext
+from locustfiles.sink.runtime import GeventRuntime
+from locustfiles.sink.warmup import freeze_gc, warm_up
 
 
 def test_warm_up_runs_the_whole_seal_path_in_memory(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from locustfiles.client import Limits
-from locustfiles.watchdog import Watch
+from locustfiles.request.client import Limits
+from locustfiles.request.watchdog import Watch
 
 S = 1_000_000_000
 

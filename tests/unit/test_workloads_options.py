@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from analysis.errors import UsageError
-from locustfiles.options import OPTIONS, from_parsed
-from locustfiles.workloads import parse_workload
+from locustfiles.run.options import OPTIONS, from_parsed
+from locustfiles.traffic.workloads import parse_workload
 
 
 def test_mix_weights_and_reproducible_sampling() -> None:

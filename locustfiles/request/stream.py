@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from locustfiles.prompts import TokenCounter
-from locustfiles.record import RequestRecord
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.tokenizer import TokenCounter
 
 _decode = json.JSONDecoder().decode
 

@@ -4,7 +4,7 @@
     gauges = engine_gauges(samples)                  # EngineGauges(running=3.0, ...)
 
 Pure functions, no I/O, no gevent: used by the master's scraper during a run
-(`locustfiles/server_metrics.py`) and by `llmload check` (`infra/check/`).
+(`locustfiles/master/server_metrics.py`) and by `llmload check` (`infra/check/`).
 
 The gauges of interest have one meaning across engines, found under the first name present:
 

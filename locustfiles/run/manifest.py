@@ -10,7 +10,7 @@
 
 Each write replaces the object whole (an S3 put is atomic; the file store renames), so a
 reader sees the previous manifest or the new one, never a mix. Secrets are removed twice:
-config keys with secret names are dropped (`locustfiles.secrets`), and the values of
+config keys with secret names are dropped (`locustfiles.run.secrets`), and the values of
 secret-named environment variables are redacted wherever they appear (a URL with a key in
 its query, a header line). User names and passwords in URLs are removed.
 """
@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from analysis.schema import MANIFEST_NAME, SCHEMA_VERSION
 from analysis.storage import ObjectStore
-from locustfiles.secrets import is_secret_name, names_env_var, redact, secret_values
+from locustfiles.run.secrets import is_secret_name, names_env_var, redact, secret_values
 
 MANIFEST_KIND = "llmload.manifest"
 MANIFEST_STATUSES = ("running", "finished", "aborted")
@@ -131,7 +131,9 @@ class RunManifest:
     cold_start: Mapping[str, Any] = field(default_factory=lambda: {"requests": 0, "concurrency": 0})
     versions: Mapping[str, str] = field(default_factory=lambda: collect_versions())
     probes: list[ProbeRecord] = field(default_factory=list)  # requests outside the load
-    search: Mapping[str, Any] | None = None  # capacity search (--search): locustfiles/search.py
+    search: Mapping[str, Any] | None = (
+        None  # capacity search (--search): locustfiles/master/search.py
+    )
 
     def finish(self, status: str = "finished") -> None:
         if status not in MANIFEST_STATUSES[1:]:

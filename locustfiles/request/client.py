@@ -29,11 +29,11 @@ from urllib3.exceptions import (
     ReadTimeoutError,
 )
 
-from locustfiles.prompts import TokenCounter
-from locustfiles.record import RequestRecord
-from locustfiles.sse import events
-from locustfiles.stream import StreamFailure, StreamState, parse_body
-from locustfiles.watchdog import Watch
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.sse import events
+from locustfiles.request.stream import StreamFailure, StreamState, parse_body
+from locustfiles.request.tokenizer import TokenCounter
+from locustfiles.request.watchdog import Watch
 
 _perf_ns = time.perf_counter_ns
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

@@ -1,7 +1,7 @@
 """EventSink: a worker's request and chunk rows → Parquet parts in object storage, nothing lost.
 
 The request path only appends references to in-memory buffers (no I/O, no conversion, no
-exception). Everything after that is the sink's `SinkPipeline` (locustfiles/pipeline.py),
+exception). Everything after that is the sink's `SinkPipeline` (locustfiles/sink/pipeline.py),
 one background task (a greenlet under gevent, a thread otherwise) that encodes the buffers
 every quarter second and seals the encoded rows into Parquet parts when a table reaches
 `part_rows` rows or every `part_seconds`, writes each part to a local spool with fsync,
@@ -48,11 +48,11 @@ from pathlib import Path
 from typing import Any
 
 from analysis.storage import ObjectStore, S3Store, open_store
-from locustfiles.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
-from locustfiles.pipeline import Backoff, Encoder, PipelineStats, SinkPipeline, Waiter
-from locustfiles.runtime import Runtime, Task, Waitable, pick_runtime
-from locustfiles.secrets import secret_values
-from locustfiles.spool import Spool
+from locustfiles.run.secrets import secret_values
+from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
+from locustfiles.sink.pipeline import Backoff, Encoder, PipelineStats, SinkPipeline, Waiter
+from locustfiles.sink.runtime import Runtime, Task, Waitable, pick_runtime
+from locustfiles.sink.spool import Spool
 
 __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",

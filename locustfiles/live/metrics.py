@@ -2,7 +2,7 @@
 (`GET BASE/llmload/metrics` with Locust's `--web-base-path BASE`).
 
 A custom collector (its own CollectorRegistry, never the global one) reads the merged
-sketches of `LiveStats` (locustfiles/live.py) at each scrape:
+sketches of `LiveStats` (locustfiles/live/stats.py) at each scrape:
 
     llmload_ttft_seconds, llmload_tpot_seconds,    histograms, label step ("cold", "0", ...):
     llmload_itl_seconds, llmload_e2e_seconds       cumulative counts at BUCKETS, _sum, _count
@@ -31,7 +31,7 @@ from prometheus_client.core import (
 )
 
 if TYPE_CHECKING:  # live.py registers this module's endpoint: no import back at run time
-    from locustfiles.live import GroupKey, LiveStats
+    from locustfiles.live.stats import GroupKey, LiveStats
 
 PATH = "/llmload/metrics"
 BUCKETS: tuple[float, ...] = (
@@ -118,7 +118,7 @@ def registry_for(live: LiveStats) -> CollectorRegistry:
 
 def register_endpoint(web_ui: Any, live: LiveStats) -> None:
     """`GET /llmload/metrics` on Locust's web UI (behind its login when --web-login is on),
-    under `--web-base-path` like Locust's own pages and /llmload/* (locustfiles/webtab.py)."""
+    under `--web-base-path` like Locust's own pages and /llmload/* (locustfiles/live/webtab.py)."""
     from flask import Response
 
     registry = registry_for(live)

@@ -25,21 +25,22 @@ import gevent.lock
 import urllib3
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from locustfiles.client import Limits, execute, request_json
-from locustfiles.live import Observer, Recorder
-from locustfiles.manifest import ProbeRecord
-from locustfiles.monitor import LoopMonitor
-from locustfiles.openloop import Arrival, Dispatcher
-from locustfiles.options import ChatOptions
-from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer, prompt_hash
-from locustfiles.record import RequestRecord
-from locustfiles.secrets import redact, secret_values
-from locustfiles.sessions import TOOLS, Session, Turn
-from locustfiles.sink import EventSink, SinkConfig
-from locustfiles.sse import kernel_skew_ns
-from locustfiles.steps import StepState
-from locustfiles.warmup import freeze_gc, warm_up
-from locustfiles.workloads import RequestSpec
+from locustfiles.live.stats import Observer, Recorder
+from locustfiles.request.client import Limits, execute, request_json
+from locustfiles.request.record import RequestRecord
+from locustfiles.request.sse import kernel_skew_ns
+from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
+from locustfiles.run.manifest import ProbeRecord
+from locustfiles.run.options import ChatOptions
+from locustfiles.run.protocol import StepState
+from locustfiles.run.secrets import redact, secret_values
+from locustfiles.sink.eventsink import EventSink, SinkConfig
+from locustfiles.sink.warmup import freeze_gc, warm_up
+from locustfiles.traffic.prompts import PromptBuilder, prompt_hash
+from locustfiles.traffic.sessions import TOOLS, Session, Turn
+from locustfiles.traffic.workloads import RequestSpec
+from locustfiles.worker.monitor import LoopMonitor
+from locustfiles.worker.openloop import Arrival, Dispatcher
 
 log = logging.getLogger("llmload.worker")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.errors import UsageError
-from locustfiles.spread import Spread, parse_spread
-from locustfiles.workloads import Workload, parse_workload
+from locustfiles.traffic.spread import Spread, parse_spread
+from locustfiles.traffic.workloads import Workload, parse_workload
 
 DEFAULT_WORKLOAD = "D(128,64)"
 DEFAULT_STEPS = "1,2,4,8"

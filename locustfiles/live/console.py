@@ -20,12 +20,12 @@ from typing import Any, TextIO
 
 import gevent
 
-from locustfiles.sketch import RELATIVE_ACCURACY
+from locustfiles.live.sketch import RELATIVE_ACCURACY
 
 log = logging.getLogger("llmload.console")
 
 STEP_LINE_DELAY_S = 4.0  # > Locust's worker report interval (3 s)
-COLD_STEP = -1  # the Staircase's cold phase (locustfiles/steps.py)
+COLD_STEP = -1  # the Staircase's cold phase (locustfiles/master/staircase.py)
 
 
 def _ms(seconds: Any) -> str:

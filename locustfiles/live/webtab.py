@@ -8,8 +8,8 @@ Through Locust's supported extension points (locust/web.py, examples/extend_web_
 Locust's extended tables show plain text only (no links, no charts), so the tab's last row
 names the two pages served here, which the "Download Data" tab links to:
 - `/llmload/live`: the same table, the current step, charts of TTFT and TPOT p50/p99 and
-  output tokens/s over time (locustfiles/livepage.py), and the report's status and link;
-- `/llmload/report`: the report built when the run stops (locustfiles/endreport.py): a
+  output tokens/s over time (locustfiles/live/page.py), and the report's status and link;
+- `/llmload/report`: the report built when the run stops (locustfiles/live/endreport.py): a
   status page while it builds, then report.html; `?run=RUN_ID` for an earlier run.
 """
 
@@ -19,7 +19,7 @@ import html
 import json
 from typing import Any
 
-from locustfiles.livepage import PAGE
+from locustfiles.live.page import PAGE
 
 TAB_KEY = "llmload"
 

@@ -31,22 +31,20 @@ import gevent.event
 import requests
 
 from analysis.storage import ObjectStore, open_store
-from locustfiles.manifest import ProbeRecord, RunManifest, StepRecord, WorkerInfo, write_manifest
-from locustfiles.options import ChatOptions
-from locustfiles.search import plan_for
-from locustfiles.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
-from locustfiles.steps import MSG_STEP, Staircase
+from locustfiles.master.search import plan_for
+from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
+from locustfiles.master.staircase import Staircase
+from locustfiles.run.manifest import (
+    ProbeRecord,
+    RunManifest,
+    StepRecord,
+    WorkerInfo,
+    write_manifest,
+)
+from locustfiles.run.options import ChatOptions
+from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET, MSG_FINISH, MSG_STEP
 
 log = logging.getLogger("llmload.master")
-
-MSG_FINISH = "llmload_finish"
-MSG_FINISHED = "llmload_finished"
-MSG_HELLO = "llmload_hello"
-MSG_WORKER_FAILED = "llmload_worker_failed"  # worker -> master: it cannot start (why)
-MSG_PROBES = "llmload_probes"  # worker -> master: the probes it sent ({"probes": [...]})
-MSG_CLOCK = "llmload_clock"  # master -> worker: {"t1": master time_ns}
-MSG_CLOCK_REPLY = "llmload_clock_reply"  # worker -> master: {"t1": ..., "t2": worker time_ns}
-MSG_CLOCK_OFFSET = "llmload_clock_offset"  # master -> worker: {"offset_ns": its best offset}
 
 CLOCK_BURST = 5  # exchanges right after a worker's hello
 CLOCK_BURST_GAP_S = 0.02  # between them: one exchange at a time, none queued behind another
@@ -180,7 +178,7 @@ class RunCoordinator:
         return self.staircase.tick()
 
     def _start_server_metrics(self) -> None:
-        """Scrape the target's /metrics during the run (locustfiles/server_metrics.py)."""
+        """Scrape the target's /metrics during the run (locustfiles/master/server_metrics.py)."""
         if self.options.scrape_interval <= 0 or not self.environment.host:
             return
         key = self.options.api_key()
@@ -198,7 +196,7 @@ class RunCoordinator:
     def _announce(self, step: int, concurrency: int, cold: bool, started_at_ns: int,
                   entry: dict[str, Any] | None = None) -> None:  # fmt: skip
         ended = self.current
-        if ended is not None:  # e.g. the console's step line (locustfiles/console.py)
+        if ended is not None:  # e.g. the console's step line (locustfiles/live/console.py)
             for listener in getattr(self.environment, "llmload_step_ended", ()):
                 listener(ended)
         self.current = {
@@ -471,7 +469,7 @@ def choose_run_id(environment: Any, requested: str) -> str:
 def begin_run(environment: Any) -> RunCoordinator | None:
     """A new run on the master: options validated, run id chosen (and handed to workers)."""
     from analysis.errors import UsageError
-    from locustfiles.options import from_parsed
+    from locustfiles.run.options import from_parsed
 
     environment.llmload_coordinator = None
     try:

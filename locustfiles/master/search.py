@@ -5,7 +5,7 @@ same levels as a coarse staircase until a level misses the SLO, then bisects bet
 last level that met it and the first that missed it, until the two are within
 `--search-precision` of each other (a concurrency search also stops at a gap of one user),
 all in one run. Each level is one step; the master judges it when the step ends, on the
-live statistics of the step (locustfiles/live.py: every finished request of the step that
+live statistics of the step (locustfiles/live/stats.py: every finished request of the step that
 the workers have reported, 1% relative accuracy, the warmup included). The report
 recomputes each verdict exactly from the events and flags any that differ.
 

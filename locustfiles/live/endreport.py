@@ -5,7 +5,7 @@ is written), the master:
 - headless: prints the `llmload report <run_uri>` command and, with `--report-dir DIR`,
   builds the report into DIR before Locust exits;
 - web UI: builds it in the background into `--report-dir DIR/<run_id>` (or a temporary
-  directory) and serves it at `/llmload/report` (locustfiles/webtab.py).
+  directory) and serves it at `/llmload/report` (locustfiles/live/webtab.py).
 
 The build is `llmload report RUN_URI --out DIR` (analysis.build_report) in a child process:
 the master's event loop keeps answering the web UI and the workers' heartbeats while pandas

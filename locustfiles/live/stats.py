@@ -1,7 +1,7 @@
 """Live statistics: per-step sketches on workers, merged exactly on the master.
 
 Workers (and the local runner) observe every finished request into a `Recorder`: per step
-(and the cold group) DDSketches (locustfiles/sketch.py, 1% relative accuracy) of TTFT, TPOT,
+(and the cold group) DDSketches (locustfiles/live/sketch.py, 1% relative accuracy) of TTFT, TPOT,
 per-token ITL, ICL and E2E over ok requests, counts by status and error kind, output and
 input tokens. With every Locust stats report (`report_to_master`, every ~3 s and at stop) a
 worker sends what it gathered since the previous report, as sparse bins under the key
@@ -11,7 +11,7 @@ bins, whatever the request rate. The master (`worker_report`) merges the bins in
 straight into the master's `LiveStats` (no messages).
 
 `environment.llmload_live.snapshot()` is what the web UI tab, the Prometheus endpoint
-(locustfiles/live_metrics.py) and the console read. Live figures are for watching a run:
+(locustfiles/live/metrics.py) and the console read. Live figures are for watching a run:
 the report (analysis/) stays the exact source of truth; docs/live.md says how they differ.
 A new run (a new coordinator run id) starts fresh statistics.
 """
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import gevent
 
-from locustfiles.record import RequestRecord
-from locustfiles.sketch import RELATIVE_ACCURACY, Sketch
+from locustfiles.live.sketch import RELATIVE_ACCURACY, Sketch
+from locustfiles.request.record import RequestRecord
 
 log = logging.getLogger("llmload.live")
 
@@ -460,7 +460,7 @@ def setup(environment: Any) -> None:
                 MSG_LIVE, lambda environment, msg, **_: live.merge(msg.data, msg.node_id)
             )
         if getattr(environment, "web_ui", None) is not None:
-            from locustfiles.live_metrics import register_endpoint
+            from locustfiles.live.metrics import register_endpoint
 
             register_endpoint(environment.web_ui, live)
     if isinstance(runner, WorkerRunner):

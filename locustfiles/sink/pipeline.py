@@ -1,6 +1,6 @@
 """The event sink's background pipeline: sealed buffers → Parquet parts → spool → store.
 
-`EventSink` (locustfiles/sink.py) owns what the request path touches: the buffers, their
+`EventSink` (locustfiles/sink/eventsink.py) owns what the request path touches: the buffers, their
 lock, the flush() waiters and the dropped-row count. `SinkPipeline` is its one background
 task (a greenlet under gevent, a thread otherwise). It takes the buffers from the front
 (`EventSink.take`) every ENCODE_EVERY_S and encodes them with each table's encoder (in
@@ -28,10 +28,10 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from analysis.storage import FileStore, ObjectStore, StorageError
-from locustfiles.encode import EncodeContext, EncodeResult
-from locustfiles.runtime import Runtime, Waitable
-from locustfiles.secrets import redact
-from locustfiles.spool import PartCollisionError, Spool, WorkerIndex, put_index, upload_part
+from locustfiles.run.secrets import redact
+from locustfiles.sink.encode import EncodeContext, EncodeResult
+from locustfiles.sink.runtime import Runtime, Waitable
+from locustfiles.sink.spool import PartCollisionError, Spool, WorkerIndex, put_index, upload_part
 
 log = logging.getLogger("llmload.sink")
 

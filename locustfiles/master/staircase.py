@@ -11,7 +11,7 @@ window is `[spawned_at + warmup, ended_at]`.
 Before step 0 an optional cold phase (step -1, one user) runs until `--cold-requests`
 requests have finished (or COLD_TIMEOUT_S passed); its requests are flagged `cold`.
 
-Locust drives the Staircase through `StepShape` (locustfiles/shape.py) and the master's
+Locust drives the Staircase through `StepShape` (locustfiles/master/shape.py) and the master's
 `RunCoordinator`; this module imports neither Locust nor the master.
 """
 
@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+from locustfiles.run.protocol import COLD_STEP
 
 log = logging.getLogger("llmload.steps")
 
-MSG_STEP = "llmload_step"
-MSG_STEP_QUERY = "llmload_step_query"
-MSG_IN_FLIGHT = "llmload_in_flight"  # worker -> master while paused: {"pause_id", "in_flight"}
-COLD_STEP = -1
 COLD_TIMEOUT_S = 120.0
 SPAWN_TIMEOUT_S = 60.0
 SPAWN_RATE = 100.0  # users/s: a step of up to 100 users spawns within a second
@@ -35,74 +32,10 @@ RATE_LEAD_S = 0.25  # a rate step's schedule starts this long after its announce
 CLOCK_WAIT_S = 5.0  # how long the first rate step waits for the workers' clock offsets
 
 
-@dataclass
-class StepState:
-    """What a worker knows of the current step (updated by MSG_STEP).
-
-    A rate step (open loop) also carries its schedule: the global `rate`, the `arrival`
-    process, the cap, when the schedule starts (`starts_at_ns`, on this worker's clock: the
-    master's time plus this worker's measured offset) and this worker's share of it
-    (`position` of `count`). `version` counts updates; `listeners` are called after each.
-    The master sends each worker its clock offset whenever it measures a better one
-    (MSG_CLOCK_OFFSET), so a worker whose clock is off still sends on the master's time.
-    """
-
-    step: int = 0
-    concurrency: int = 1
-    cold: bool = False
-    paused: bool = False  # a search drains a failed rate level: send nothing
-    pause_id: int = 0
-    rate: float | None = None
-    arrival: str = "poisson"
-    max_concurrency: int = 0
-    over_cap: str = "wait"
-    starts_at_master_ns: int = 0  # the schedule's start, on the master's clock
-    offset_ns: int = 0  # this worker's clock minus the master's (the master measures it)
-    position: int = 0
-    count: int = 1
-    seed: int = 0
-    version: int = 0
-    listeners: list[Any] = field(default_factory=list)
-
-    @property
-    def starts_at_ns(self) -> int:
-        """The schedule's start on this worker's clock."""
-        return self.starts_at_master_ns + self.offset_ns
-
-    def update(self, data: dict[str, Any], client_id: str | None = None) -> None:
-        self.step = int(data["step"])
-        self.concurrency = int(data["concurrency"])
-        self.cold = bool(data["cold"])
-        self.paused = bool(data.get("paused"))
-        self.pause_id = int(data.get("pause_id") or 0)
-        rate = data.get("rate")
-        self.rate = float(rate) if rate is not None and not self.cold and not self.paused else None
-        if self.rate is not None:
-            self.arrival = str(data.get("arrival") or "poisson")
-            self.max_concurrency = int(data.get("max_concurrency") or 0)
-            self.over_cap = str(data.get("over_cap") or "wait")
-            self.seed = int(data.get("seed") or 0)
-            shares: dict[str, int] = data.get("shares") or {}
-            offsets: dict[str, int] = data.get("offsets") or {}
-            key = client_id if client_id is not None else "local"
-            self.count = max(1, int(data.get("share_count") or 1))
-            self.position = int(shares.get(key, 0)) % self.count
-            self.starts_at_master_ns = int(data.get("starts_at_ns") or data["wall_ns"])
-            if key in offsets:
-                self.offset_ns = int(offsets[key])
-            if key not in shares and len(shares) > 0:
-                log.warning("llmload: this worker has no share of step %d's arrivals; it sends "
-                            "none until the next step", self.step)  # fmt: skip
-                self.count = 0
-        self.version += 1
-        for listener in list(self.listeners):
-            listener()
-
-
 class Staircase:
     """The master's plan and progress; `tick()` is called about once a second by the shape.
 
-    `plan` (locustfiles/search.py) gives each step's level: a concurrency (closed loop: the
+    `plan` (locustfiles/master/search.py) gives each step's level: a concurrency (closed loop: the
     target users) or a rate (open loop: one dispatching user per worker, `workers()` of
     them, sending its share of the step's arrival schedule). A rate step starts
     RATE_LEAD_S after it is announced, so that every worker has the message (and its
@@ -131,7 +64,7 @@ class Staircase:
         in_flight: Any = lambda: 0,  # callable() -> open-loop requests in flight (None: unknown)
         drain_timeout_s: float = 600.0,
     ) -> None:
-        from locustfiles.search import FixedLevels
+        from locustfiles.master.search import FixedLevels
 
         self.steps = steps
         self.plan = plan if plan is not None else FixedLevels(tuple(float(s) for s in steps))
@@ -245,7 +178,7 @@ class Staircase:
             return False
         if self.min_requests <= 0:
             return True
-        from locustfiles.search import MAX_STRETCH
+        from locustfiles.master.search import MAX_STRETCH
 
         _, finished = self._step_stats(self.index)
         return finished >= self.min_requests or elapsed >= MAX_STRETCH * self.duration_ns

@@ -30,8 +30,8 @@ from typing import Any
 
 import gevent
 
-from locustfiles.record import RequestRecord
-from locustfiles.workloads import Conversation, RequestSpec
+from locustfiles.request.record import RequestRecord
+from locustfiles.traffic.workloads import Conversation, RequestSpec
 
 MAX_TOOL_ROUNDS = 8
 """Tool rounds at most per session: a model that keeps calling tools gets none offered after."""

@@ -18,9 +18,9 @@ import time
 
 import pyarrow.parquet as pq
 
-from locustfiles.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
-from locustfiles.record import RequestRecord
-from locustfiles.spool import PARQUET_COMPRESSION
+from locustfiles.request.record import RequestRecord
+from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
+from locustfiles.sink.spool import PARQUET_COMPRESSION
 
 log = logging.getLogger("llmload.warmup")
 

@@ -6,7 +6,7 @@
     scraper.stop()             # one last scrape, then the remaining samples are written
 
 Each scrape becomes one JSON line (docs/events.md, "Server metrics"): the engine gauges
-(running, waiting, KV-cache usage; `locustfiles/prometheus.py`) plus the allowlisted series.
+(running, waiting, KV-cache usage; `locustfiles/master/prometheus.py`) plus the allowlisted series.
 Lines go to `<run_id>/server_metrics/part-<seq>.jsonl`, a new part every `flush_every`
 seconds and at stop; keys are never overwritten.
 
@@ -27,7 +27,7 @@ from typing import Any
 import urllib3
 
 from analysis.storage import ObjectStore
-from locustfiles.prometheus import (
+from locustfiles.master.prometheus import (
     PrometheusFormatError,
     allowed,
     engine_gauges,

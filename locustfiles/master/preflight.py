@@ -31,9 +31,10 @@ import requests
 
 from analysis.errors import LlmloadError, UsageError
 from analysis.storage import ObjectStore, open_store
-from locustfiles.manifest import ProbeRecord, RunManifest, write_manifest
-from locustfiles.options import ChatOptions
-from locustfiles.prompts import PromptBuilder, TokenCounter, load_tokenizer
+from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
+from locustfiles.run.manifest import ProbeRecord, RunManifest, write_manifest
+from locustfiles.run.options import ChatOptions
+from locustfiles.traffic.prompts import PromptBuilder
 
 WAIT_POLL_S = 0.5
 """How often a target that is still starting is asked again (`--wait-ready`)."""
@@ -118,7 +119,7 @@ def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> Object
 
 def check_spool(options: ChatOptions) -> None:
     """The local spool folder (every part goes through it) takes a file, or UsageError."""
-    from locustfiles.sink import default_spool_dir
+    from locustfiles.sink.eventsink import default_spool_dir
 
     root = Path(options.spool_dir) if options.spool_dir else default_spool_dir()
     try:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 from analysis.errors import UsageError
 
 if TYPE_CHECKING:
-    from locustfiles.prompts import TokenCounter
+    from locustfiles.request.tokenizer import TokenCounter
 
 # Common short English words; most tokenizers encode " word" as one token.
 _WORDS_TEXT = """the of and to in is was for on are with as be at by this had not but from or have

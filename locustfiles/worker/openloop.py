@@ -1,7 +1,7 @@
 """Open-loop sending: one dispatcher per worker sends its share of each rate step's arrivals.
 
 The dispatcher runs beside Locust's users (which idle in rate steps): when a rate step's
-message arrives (`StepState`), it walks the step's global schedule (locustfiles/arrivals.py)
+message arrives (`StepState`), it walks the step's global schedule (locustfiles/traffic/arrivals.py)
 and, at each of its arrivals' intended times, starts a greenlet that sends the request
 whatever the server is doing. Each request records its step, the step's rate, the arrival's
 index, its intended send time and, under `--max-concurrency`, how long it waited for a slot
@@ -33,10 +33,10 @@ import gevent.lock
 import gevent.pool
 from gevent import GreenletExit
 
-from locustfiles.arrivals import Schedule, worker_cap
-from locustfiles.client import new_pool
-from locustfiles.record import RequestRecord
-from locustfiles.steps import StepState
+from locustfiles.request.client import new_pool
+from locustfiles.request.record import RequestRecord
+from locustfiles.run.protocol import StepState
+from locustfiles.traffic.arrivals import Schedule, worker_cap
 
 log = logging.getLogger("llmload.openloop")
 

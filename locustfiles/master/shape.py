@@ -2,7 +2,7 @@
 
 Locust finds the shape class in the locustfile's namespace, so `locustfiles/chat.py`
 exports it. Each shape test start begins a new run (`master.begin_run`: run id, manifest,
-the `RunCoordinator`); every tick asks the coordinator's Staircase (locustfiles/steps.py)
+the `RunCoordinator`); every tick asks the coordinator's Staircase (locustfiles/master/staircase.py)
 for the target users and spawn rate.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from locust import LoadTestShape
 
-from locustfiles.master import begin_run
+from locustfiles.master.coordinator import begin_run
 
 
 class StepShape(LoadTestShape):

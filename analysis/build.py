@@ -1,0 +1,45 @@
+"""`build_report`: a run's events in, every report file out (the library's entry).
+
+    report = build_report("s3://bench/runs/r1", "out/", slo="ttft_p99=0.5,tpot=0.05")
+
+It loads (analysis.load), summarises (analysis.report) and renders (report_md, report_html):
+the renderers read a `Report`, so they sit above analysis.report and this module above them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+from analysis.load import load_run
+from analysis.report import Report, make_out_dir, summarize_run, write_tables
+from analysis.report_html import render_html
+from analysis.report_md import render_markdown
+from analysis.slo import Slo, parse_slo
+
+
+def build_report(
+    run_uri: str,
+    out_dir: str | Path,
+    slo: Slo | str | None = None,
+    *,
+    html: bool = True,
+    progress: bool = True,
+    progress_stream: TextIO | None = None,
+) -> Report:
+    """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
+
+    The SLO spec is parsed before anything is read, so a bad spec writes nothing.
+    """
+    slo = slo if isinstance(slo, Slo) else parse_slo(slo)
+    run = load_run(run_uri, progress=progress, progress_stream=progress_stream)
+    report = summarize_run(run, slo)
+    out = make_out_dir(out_dir)
+    files = write_tables(report, out)
+    files["report.md"] = out / "report.md"
+    files["report.md"].write_text(render_markdown(report), encoding="utf-8")
+    if html:
+        files["report.html"] = out / "report.html"
+        files["report.html"].write_text(render_html(report), encoding="utf-8")
+    report.files = files
+    return report

@@ -1,0 +1,37 @@
+"""What to send and when: workload mixes and datasets, prompts of exact lengths, sessions
+and agents' turns, open-loop arrival schedules, and the spread of a varying number."""
+
+from __future__ import annotations
+
+from locustfiles import public_face
+
+__all__ = [
+    "Conversation",
+    "PromptBuilder",
+    "RequestSpec",
+    "Schedule",
+    "Session",
+    "Spread",
+    "Turn",
+    "Workload",
+    "parse_spread",
+    "parse_workload",
+    "prompt_hash",
+]
+
+__getattr__ = public_face(
+    __name__,
+    {
+        "Conversation": "workloads",
+        "PromptBuilder": "prompts",
+        "RequestSpec": "workloads",
+        "Schedule": "arrivals",
+        "Session": "sessions",
+        "Spread": "spread",
+        "Turn": "sessions",
+        "Workload": "workloads",
+        "parse_spread": "spread",
+        "parse_workload": "workloads",
+        "prompt_hash": "prompts",
+    },
+)
