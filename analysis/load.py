@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,9 +26,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from analysis.errors import EventDataError, SchemaVersionError, UsageError
+from analysis.layout import (
+    MANIFEST_NAME,
+    TABLE_NAMES,
+    WorkerIndex,
+    parse_index_key,
+    parse_part_key,
+    table_of,
+)
 from analysis.schema import (
     CHUNKS_SCHEMA,
-    MANIFEST_NAME,
+    OPEN_LOOP_COLUMNS_1_2,
     REQUESTS_SCHEMA,
     SAMPLES_SCHEMA,
     SESSION_COLUMNS_1_3,
@@ -40,67 +47,46 @@ from analysis.schema import (
 from analysis.server_metrics import ServerMetrics, read_server_metrics
 from analysis.storage import ObjectStore, open_store
 
-REQUEST_COLUMNS: Final = (
-    "request_id",
-    "worker_id",
-    "step",
-    "concurrency",
-    "scenario",
-    "status",
-    "error_kind",
-    "http_status",
-    "cold",
-    "sent_at_ns",
-    "headers_ns",
-    "first_event_ns",
-    "first_token_ns",
-    "first_content_ns",
-    "last_token_ns",
-    "end_ns",
-    "prompt_tokens_requested",
-    "max_tokens",
-    "prompt_tokens",
-    "output_tokens",
-    "output_tokens_source",
-    "events",
-    "coalesced_events",
-    "worker_stall_ns",
-    "rate",
-    "arrival_index",
-    "intended_ns",
-    "queued_ns",
-    *SESSION_COLUMNS_1_3,
+
+def _read_but(schema: pa.Schema, *left_on_disk: str) -> tuple[str, ...]:
+    """The columns of `schema` that analysis reads: all but those it leaves on disk."""
+    return tuple(c for c in schema.names if c not in left_on_disk)
+
+
+REQUEST_COLUMNS: Final = _read_but(
+    REQUESTS_SCHEMA,
+    "run_id",
+    "endpoint",
+    "model",
+    "stream",
+    "prompt_sha256",
+    "prompt_text",
+    "error_detail",
+    "completion_tokens",
+    "server_request_id",
 )
-"""Columns of `requests` parts that analysis reads (the rest stay on disk). Columns a part's
-schema version lacks (1.1: `coalesced_events`, `worker_stall_ns`; 1.2: `rate`,
-`arrival_index`, `intended_ns`, `queued_ns`; 1.3: `session_id` ... `history_tokens`) read as
-null: missing, never 0."""
+"""Columns of `requests` parts that analysis reads, in schema order. Columns a part's schema
+version lacks (those 1.1, 1.2 and 1.3 added: analysis.schema's WORKER_DELAY_COLUMNS_1_1,
+OPEN_LOOP_COLUMNS_1_2, SESSION_COLUMNS_1_3) read as null: missing, never 0."""
 
-EXACT_INT_COLUMNS: Final = (
-    "arrival_index",
-    "intended_ns",
-    "queued_ns",
-    "turn",
-    "session_turns",
-    "wait_ns",
-    "tool_calls",
-    "cached_tokens",
-    "history_tokens",
+EXACT_INT_COLUMNS: Final = tuple(
+    c
+    for c in (*OPEN_LOOP_COLUMNS_1_2, *SESSION_COLUMNS_1_3)
+    if pa.types.is_integer(REQUESTS_SCHEMA.field(c).type)
 )
-"""Nullable integer request columns kept exact as pandas nullable integers (Int64, Int32 for
-int32 columns) rather than float64: an `intended_ns` wall-clock time (~1.7e18) would lose
-~100 ns in a float, which slip would show; a turn index or token count stays an integer in
-requests.csv and requests.parquet."""
+"""The integer request columns of open-loop steps and sessions, kept exact as pandas nullable
+integers (Int64, Int32 for int32 columns) rather than float64 (as the older integer columns
+read, NaN when missing): an `intended_ns` wall-clock time (~1.7e18) would lose ~100 ns in a
+float, which slip would show; a turn index or token count stays an integer in requests.csv
+and requests.parquet."""
 
-CHUNK_COLUMNS: Final = ("request_id", "seq", "offset_ns", "tokens")
-"""Columns of `chunks` parts that analysis reads."""
+CHUNK_COLUMNS: Final = _read_but(CHUNKS_SCHEMA, "run_id", "worker_id", "chars", "kind")
+"""Columns of `chunks` parts that analysis reads (`request_id` first)."""
 
-SAMPLE_COLUMNS: Final = ("worker_id", "at_ns", "interval_ns", "cpu_percent", "loop_lag_us")
-STALL_COLUMNS: Final = ("worker_id", "started_at_ns", "length_ns")
+SAMPLE_COLUMNS: Final = _read_but(SAMPLES_SCHEMA, "run_id")
+STALL_COLUMNS: Final = _read_but(STALLS_SCHEMA, "run_id")
 """Columns of the workers' own measurements (`samples`, `stalls`; schema 1.1)."""
 
-_PART_RE = re.compile(r"^(requests|chunks|samples|stalls)/worker=([^/]+)/part-\d+\.parquet$")
-_INDEX_RE = re.compile(r"^index/worker=([^/]+)\.json$")
 _READ_THREADS = 8
 _MAX_NAMED = 10
 
@@ -122,9 +108,7 @@ class Completeness:
     parts_found: int = 0
     parts_read: int = 0
     rows_expected: dict[str, int] = field(default_factory=dict)
-    rows_read: dict[str, int] = field(
-        default_factory=lambda: {"requests": 0, "chunks": 0, "samples": 0, "stalls": 0}
-    )
+    rows_read: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLE_NAMES, 0))
     missing_parts: list[str] = field(default_factory=list)
     corrupt_parts: dict[str, str] = field(default_factory=dict)  # key -> reason
     unindexed_parts: list[str] = field(default_factory=list)
@@ -284,18 +268,17 @@ def _read_manifest(store: ObjectStore) -> dict[str, Any] | None:
     return manifest
 
 
-def _read_indexes(store: ObjectStore, keys: list[str]) -> dict[str, dict[str, Any]]:
+def _read_indexes(store: ObjectStore, keys: list[str]) -> dict[str, WorkerIndex]:
+    """The workers' indexes, by the worker their key names."""
     out = {}
     for key in keys:
-        match = _INDEX_RE.match(key)
-        if not match:
+        worker = parse_index_key(key)
+        if worker is None:
             continue
         try:
-            index = json.loads(store.get(key))
-        except (ValueError, UnicodeDecodeError):
+            out[worker] = WorkerIndex.from_json(store.get(key))
+        except ValueError:
             continue  # an unreadable index is reported as "no final index"
-        if isinstance(index, dict):
-            out[match.group(1)] = index
     return out
 
 
@@ -341,7 +324,7 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
 
 
 def _note_unconfirmed(
-    comp: Completeness, manifest: dict[str, Any], indexes: dict[str, dict[str, Any]]
+    comp: Completeness, manifest: dict[str, Any], indexes: dict[str, WorkerIndex]
 ) -> None:
     """Workers of an ended run whose sink report the master never got (`rows_rejected`
     null: the master lost them) and whose own index is not final (their sink has not
@@ -353,7 +336,8 @@ def _note_unconfirmed(
             continue
         name = str(worker["worker_id"])
         unconfirmed = "rows_rejected" in worker and worker["rows_rejected"] is None
-        if unconfirmed and not (indexes.get(name) or {}).get("final"):
+        index = indexes.get(name)
+        if unconfirmed and not (index is not None and index.final):
             comp.workers_unconfirmed[name] = str(worker.get("host") or "its host")
     config = manifest.get("config") or {}
     spool = str(config.get("spool_dir") or "") or "<system temp>/llmload-spool"
@@ -391,7 +375,8 @@ def load_run(
     manifest = _read_manifest(store)
     listed = store.list("")
     keys = [o.key for o in listed]
-    parts = [k for k in keys if _PART_RE.match(k)]
+    parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
+    parts = list(parsed)
     if manifest is None and not parts:
         raise UsageError(
             f"no llmload run at {run_uri}: found no {MANIFEST_NAME} and no event parts; "
@@ -414,24 +399,21 @@ def load_run(
     manifest_workers = [str(w.get("worker_id")) for w in manifest.get("workers") or []]
     comp.workers_expected = sorted(set(manifest_workers) | set(indexes))
     comp.note_sinks(manifest.get("workers") or [])
-    comp.workers_found = sorted({_PART_RE.match(k).group(2) for k in parts})  # type: ignore[union-attr]
+    comp.workers_found = sorted({p.worker_id for p in parsed.values()})
     expected_rows: dict[str, int] = {}
     for worker in sorted(set(comp.workers_expected) | set(comp.workers_found)):
         index = indexes.get(worker)
-        if index is None or not index.get("final"):
+        if index is None or not index.final:
             comp.workers_without_final_index.append(worker)
         if index is not None:
-            for key, rows in (index.get("parts") or {}).items():
-                expected_rows[str(key)] = int(rows)
+            expected_rows.update(index.parts)
     _note_unconfirmed(comp, manifest, indexes)
     found = set(parts)
     comp.parts_expected = len(expected_rows)
     comp.parts_found = len(parts)
     comp.missing_parts = sorted(set(expected_rows) - found)
     comp.unindexed_parts = sorted(
-        k
-        for k in found - set(expected_rows)
-        if _PART_RE.match(k).group(2) in indexes  # type: ignore[union-attr]
+        k for k in found - set(expected_rows) if parsed[k].worker_id in indexes
     )
     schemas = {
         "requests": (REQUESTS_SCHEMA, REQUEST_COLUMNS),
@@ -440,11 +422,11 @@ def load_run(
         "stalls": (STALLS_SCHEMA, STALL_COLUMNS),
     }
     comp.rows_expected = {
-        t: sum(r for k, r in expected_rows.items() if k.startswith(f"{t}/")) for t in schemas
+        t: sum(r for k, r in expected_rows.items() if table_of(k) == t) for t in schemas
     }
 
     def read(key: str) -> tuple[str, pa.Table | SchemaVersionError | None, str]:
-        schema, columns = schemas[key.split("/", 1)[0]]
+        schema, columns = schemas[parsed[key].table]
         try:
             return key, _read_part(store.get(key), key, schema, columns), ""
         except SchemaVersionError as exc:
@@ -470,7 +452,7 @@ def load_run(
                 comp.corrupt_parts[key] = reason
                 continue
             comp.parts_read += 1
-            name = key.split("/", 1)[0]
+            name = parsed[key].table
             tables[name].append(table)
             comp.rows_read[name] += len(table)
             if key in expected_rows and expected_rows[key] != len(table):
@@ -479,7 +461,8 @@ def load_run(
         bar.close()
     if newer is not None:
         raise newer
-    _refuse_unreadable_requests(run_uri, [k for k in parts if k.startswith("requests/")], comp)
+    requests_parts = [k for k, p in parsed.items() if p.table == "requests"]
+    _refuse_unreadable_requests(run_uri, requests_parts, comp)
 
     requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
     chunks = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)

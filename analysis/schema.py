@@ -10,6 +10,7 @@ from typing import Final
 import pyarrow as pa
 
 from analysis.errors import SchemaVersionError
+from analysis.layout import TABLE_NAMES
 
 SCHEMA_VERSION: Final = "1.3"
 """major.minor: readers accept any minor of a major they know and refuse other majors."""
@@ -48,10 +49,32 @@ ERROR_KINDS: Final = (
     "client_error",  # a bug in llmload while handling the request: recorded, never raised
 )
 
-_KEYS = [
+_SINK_KEYS = [  # every table's first columns: the sink fills them in
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("worker_id", pa.string(), nullable=False),
-    pa.field("request_id", pa.string(), nullable=False),
+]
+_KEYS = [*_SINK_KEYS, pa.field("request_id", pa.string(), nullable=False)]
+
+# The request columns each minor version added; null for requests that have none of it.
+_WORKER_DELAY_1_1 = [  # how far the worker's own delays may have touched this request
+    pa.field("coalesced_events", pa.int32()),
+    pa.field("worker_stall_ns", pa.int64()),
+]
+_OPEN_LOOP_1_2 = [  # open-loop (rate) steps; null in concurrency steps
+    pa.field("rate", pa.float64()),
+    pa.field("arrival_index", pa.int64()),
+    pa.field("intended_ns", pa.int64()),
+    pa.field("queued_ns", pa.int64()),
+]
+_SESSIONS_1_3 = [  # multi-turn sessions and agent tool rounds; null for single requests
+    pa.field("session_id", pa.string()),
+    pa.field("turn", pa.int32()),
+    pa.field("session_turns", pa.int32()),
+    pa.field("turn_kind", pa.string()),
+    pa.field("wait_ns", pa.int64()),
+    pa.field("tool_calls", pa.int32()),
+    pa.field("cached_tokens", pa.int32()),
+    pa.field("history_tokens", pa.int32()),
 ]
 
 
@@ -59,17 +82,19 @@ def _with_version(fields: list[pa.Field]) -> pa.Schema:
     return pa.schema(fields, metadata={METADATA_KEY: SCHEMA_VERSION.encode()})
 
 
-SESSION_COLUMNS_1_3: Final = (
-    "session_id",
-    "turn",
-    "session_turns",
-    "turn_kind",
-    "wait_ns",
-    "tool_calls",
-    "cached_tokens",
-    "history_tokens",
-)
-"""1.3: the request columns of multi-turn sessions and agent tool rounds (below)."""
+def _names(fields: list[pa.Field]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields)
+
+
+SINK_COLUMNS: Final = _names(_SINK_KEYS)
+"""Key columns the event sink fills in (one value for all of a worker's rows): a recorded row
+leaves them out."""
+WORKER_DELAY_COLUMNS_1_1: Final = _names(_WORKER_DELAY_1_1)
+"""1.1: the request columns that measure the worker's own delays."""
+OPEN_LOOP_COLUMNS_1_2: Final = _names(_OPEN_LOOP_1_2)
+"""1.2: the request columns of open-loop (rate) steps."""
+SESSION_COLUMNS_1_3: Final = _names(_SESSIONS_1_3)
+"""1.3: the request columns of multi-turn sessions and agent tool rounds."""
 
 REQUESTS_SCHEMA: Final = _with_version(
     [
@@ -102,25 +127,14 @@ REQUESTS_SCHEMA: Final = _with_version(
         pa.field("events", pa.int32(), nullable=False),
         pa.field("cold", pa.bool_(), nullable=False),
         pa.field("server_request_id", pa.string()),
-        # 1.1: how far the worker's own delays may have touched this request
-        pa.field("coalesced_events", pa.int32()),
-        pa.field("worker_stall_ns", pa.int64()),
-        # 1.2: open-loop (rate) steps; null in concurrency steps
-        pa.field("rate", pa.float64()),
-        pa.field("arrival_index", pa.int64()),
-        pa.field("intended_ns", pa.int64()),
-        pa.field("queued_ns", pa.int64()),
-        # 1.3: multi-turn sessions and agent tool rounds; null for single requests
-        pa.field("session_id", pa.string()),
-        pa.field("turn", pa.int32()),
-        pa.field("session_turns", pa.int32()),
-        pa.field("turn_kind", pa.string()),
-        pa.field("wait_ns", pa.int64()),
-        pa.field("tool_calls", pa.int32()),
-        pa.field("cached_tokens", pa.int32()),
-        pa.field("history_tokens", pa.int32()),
+        *_WORKER_DELAY_1_1,
+        *_OPEN_LOOP_1_2,
+        *_SESSIONS_1_3,
     ]
 )
+
+REQUEST_ROW_COLUMNS: Final = tuple(n for n in REQUESTS_SCHEMA.names if n not in SINK_COLUMNS)
+"""The keys of a request row as a worker records it (`RequestRecord.row()`), in order."""
 
 CHUNKS_SCHEMA: Final = _with_version(
     [
@@ -135,8 +149,7 @@ CHUNKS_SCHEMA: Final = _with_version(
 
 SAMPLES_SCHEMA: Final = _with_version(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("worker_id", pa.string(), nullable=False),
+        *_SINK_KEYS,
         pa.field("at_ns", pa.int64(), nullable=False),
         pa.field("interval_ns", pa.int64(), nullable=False),
         pa.field("cpu_percent", pa.float64(), nullable=False),
@@ -147,8 +160,7 @@ SAMPLES_SCHEMA: Final = _with_version(
 
 STALLS_SCHEMA: Final = _with_version(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("worker_id", pa.string(), nullable=False),
+        *_SINK_KEYS,
         pa.field("started_at_ns", pa.int64(), nullable=False),
         pa.field("length_ns", pa.int64(), nullable=False),
     ]
@@ -161,21 +173,10 @@ whose loop-lag p99 reaches it is saturated, as is one at SATURATED_CPU_PERCENT."
 SATURATED_CPU_PERCENT: Final = 80.0
 """A worker at or above this CPU% is saturated: its timings include its own delay."""
 
-TABLES: Final = {
-    "requests": REQUESTS_SCHEMA,
-    "chunks": CHUNKS_SCHEMA,
-    "samples": SAMPLES_SCHEMA,
-    "stalls": STALLS_SCHEMA,
-}
-
-MANIFEST_NAME: Final = "manifest.json"
-
-
-def part_key(table: str, worker_id: str, seq: int) -> str:
-    """Object key of one Parquet part, relative to `<prefix>/<run_id>/`."""
-    if table not in TABLES:
-        raise ValueError(f"unknown table {table!r}; expected one of {sorted(TABLES)}")
-    return f"{table}/worker={worker_id}/part-{seq:06d}.parquet"
+TABLES: Final = dict(
+    zip(TABLE_NAMES, (REQUESTS_SCHEMA, CHUNKS_SCHEMA, SAMPLES_SCHEMA, STALLS_SCHEMA), strict=True)
+)
+"""Each table's schema, by the name of its folder in the store (analysis/layout.py)."""
 
 
 def check_version(version: str | bytes | None, where: str = "events") -> str:

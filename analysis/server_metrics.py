@@ -11,15 +11,14 @@ returned warnings; they never stop a report.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
 import pandas as pd
 
+from analysis.layout import is_server_metrics_key
 from analysis.storage import ObjectStore, StorageError
 
-PART_RE: Final = re.compile(r"^server_metrics/part-\d+\.jsonl$")
 COLUMNS: Final = ("scraped_at_ns", "ok", "running", "waiting", "kv_cache_usage", "error")
 GAUGES: Final = ("running", "waiting", "kv_cache_usage")
 
@@ -50,7 +49,7 @@ def _number(value: object) -> float:
 
 def read_server_metrics(store: ObjectStore, keys: list[str]) -> ServerMetrics | None:
     """Read every `server_metrics/part-*.jsonl` among `keys`; None when there is none."""
-    parts = sorted(k for k in keys if PART_RE.match(k))
+    parts = sorted(k for k in keys if is_server_metrics_key(k))
     if not parts:
         return None
     rows: list[dict[str, object]] = []

@@ -34,7 +34,12 @@ from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
 from analysis.metrics import RequestMetrics, Samples, chunk_request_index
 from analysis.openloop import open_loop_columns, open_loop_warnings, slip_and_queue_ms
-from analysis.schema import ERROR_KINDS, SESSION_COLUMNS_1_3
+from analysis.schema import (
+    ERROR_KINDS,
+    OPEN_LOOP_COLUMNS_1_2,
+    SESSION_COLUMNS_1_3,
+    WORKER_DELAY_COLUMNS_1_1,
+)
 from analysis.sessions import (
     SessionTable,
     cached_tokens_pct,
@@ -101,16 +106,13 @@ PER_REQUEST_COLUMNS: Final = (
     "chunk_count",
     "chunk_tokens",
     "output_tokens_source",
-    "coalesced_events",
-    "worker_stall_ns",
-    "rate",
-    "arrival_index",
-    "intended_ns",
-    "queued_ns",
+    *WORKER_DELAY_COLUMNS_1_1,
+    *OPEN_LOOP_COLUMNS_1_2,
     "slip_ms",
     *SESSION_COLUMNS_1_3,
 )
-"""Columns of requests.parquet / requests.csv, in order."""
+"""Columns of requests.parquet / requests.csv, in order: the requests columns analysis reads
+and what it computes of each request."""
 
 
 @dataclass
@@ -287,13 +289,9 @@ def _group_row(
     towards the group's throughput (non-cold for steps, cold for the cold group);
     `dropped_in`: a rate step's arrivals dropped inside its window. `mode` is None for the
     cold group. Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES."""
-    per = metrics.per_request
     req = run.requests
-    latency = members & a.ok
-    ok = int(latency.sum())
-    failed = int((members & (a.status == "error")).sum())
+    latency = members & a.ok  # the successful requests of the window
     dropped = int(dropped_in.sum()) if mode == "rate" and dropped_in is not None else None
-    open_loop = dropped is not None
     row: dict[str, Any] = {
         "group": group,
         "step": step,
@@ -303,6 +301,27 @@ def _group_row(
         "rate_achieved": _rate(float((members & a.arrival).sum()), window)
         if mode
         else float("nan"),
+    }
+    row.update(_counts(a, tagged, members, dropped))
+    row.update(_latencies(metrics, latency, curves))
+    row.update(_throughput(a, window, members, eligible))
+    row.update(_token_means(a, req, latency))
+    row.update(_error_kinds(a, members))
+    row.update(_token_source(a, latency))
+    row.update(_worker_health(a, window, members, latency))
+    row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=dropped is not None))
+    row.update(session_columns(a.sessions, members))
+    row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
+    return row
+
+
+def _counts(
+    a: _Arrays, tagged: np.ndarray, members: np.ndarray, dropped: int | None
+) -> dict[str, Any]:
+    """How many requests the group holds, by outcome; `dropped`: None but in rate steps."""
+    ok = int((members & a.ok).sum())
+    failed = int((members & (a.status == "error")).sum())
+    return {
         "requests_total": int(tagged.sum()),
         "requests": int(members.sum()),
         "ok": ok,
@@ -312,15 +331,29 @@ def _group_row(
         "requests_dropped": dropped,
         "error_rate": failed / (ok + failed) if ok + failed else float("nan"),
     }
+
+
+def _latencies(
+    metrics: RequestMetrics, latency: np.ndarray, curves: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """Each latency metric's summary over the successful requests; its quantiles into `curves`."""
+    per = metrics.per_request
+    out: dict[str, Any] = {}
     for metric in LATENCY_METRICS:
         if metric in ("itl", "icl"):
             samples: Samples = getattr(metrics, metric).select(latency)
             ordered = SortedSamples.of(samples.value_s, samples.weight)
         else:
             ordered = SortedSamples.of(per[f"{metric}_s"].to_numpy(np.float64)[latency])
-        row.update(DistributionSummary.of_sorted(ordered).columns(metric))
+        out.update(DistributionSummary.of_sorted(ordered).columns(metric))
         curves[metric] = ordered.quantiles(CURVE_QUANTILES)
+    return out
 
+
+def _throughput(
+    a: _Arrays, window: Window | None, members: np.ndarray, eligible: np.ndarray
+) -> dict[str, Any]:
+    """Rates over the window (time-based: what happened inside it), and the window itself."""
     if window is not None:
         chunk_in = window.contains(a.chunk_at) & eligible[a.chunk_request]
         done_in = eligible & window.contains(a.done)
@@ -331,43 +364,61 @@ def _group_row(
         good = float((done_in & a.good).sum()) if a.good is not None else float("nan")
     else:
         tokens = completed = prompt = good = float("nan")
-    row.update(
-        {
-            "requests_per_s": _rate(completed, window),
-            "output_tokens_per_s": _rate(tokens, window),
-            "input_tokens_per_s": _rate(prompt, window),
-            "goodput_requests_per_s": _rate(good, window),
-            "good": int(a.good[members].sum()) if a.good is not None else None,
-            "window_start_ns": window.start_ns if window else None,
-            "window_end_ns": window.end_ns if window else None,
-            "window_s": window.length_s if window else float("nan"),
-            "window_source": window.source if window else None,
-            "prompt_tokens_requested_mean": _mean(_float(req, "prompt_tokens_requested")[latency]),
-            "prompt_tokens_mean": _mean(_float(req, "prompt_tokens")[latency]),
-            "prompt_tokens_offset_mean": _mean(np.abs(a.prompt_offset[latency])),
-            "output_tokens_requested_mean": _mean(_float(req, "max_tokens")[latency]),
-            "output_tokens_mean": _mean(_float(req, "output_tokens")[latency]),
-        }
-    )
+    return {
+        "requests_per_s": _rate(completed, window),
+        "output_tokens_per_s": _rate(tokens, window),
+        "input_tokens_per_s": _rate(prompt, window),
+        "goodput_requests_per_s": _rate(good, window),
+        "good": int(a.good[members].sum()) if a.good is not None else None,
+        "window_start_ns": window.start_ns if window else None,
+        "window_end_ns": window.end_ns if window else None,
+        "window_s": window.length_s if window else float("nan"),
+        "window_source": window.source if window else None,
+    }
+
+
+def _token_means(a: _Arrays, req: pd.DataFrame, latency: np.ndarray) -> dict[str, Any]:
+    """Prompt and output lengths asked for and obtained, over the successful requests."""
+    return {
+        "prompt_tokens_requested_mean": _mean(_float(req, "prompt_tokens_requested")[latency]),
+        "prompt_tokens_mean": _mean(_float(req, "prompt_tokens")[latency]),
+        "prompt_tokens_offset_mean": _mean(np.abs(a.prompt_offset[latency])),
+        "output_tokens_requested_mean": _mean(_float(req, "max_tokens")[latency]),
+        "output_tokens_mean": _mean(_float(req, "output_tokens")[latency]),
+    }
+
+
+def _error_kinds(a: _Arrays, members: np.ndarray) -> dict[str, Any]:
+    """`errors_<kind>` for every known kind, then `errors_other`."""
     kinds = a.error_kind[members]
     kinds = kinds[pd.notna(kinds)].astype(str)
-    for kind in ERROR_KINDS:
-        row[f"errors_{kind}"] = int((kinds == kind).sum())
-    row["errors_other"] = int((~np.isin(kinds, ERROR_KINDS)).sum())
-    row["output_tokens_source"] = weakest_source(a.tokens_source[latency])
-    row["requests_per_event_tokens"] = int((latency & (a.tokens_source == "events")).sum())
+    out: dict[str, Any] = {f"errors_{kind}": int((kinds == kind).sum()) for kind in ERROR_KINDS}
+    out["errors_other"] = int((~np.isin(kinds, ERROR_KINDS)).sum())
+    return out
+
+
+def _token_source(a: _Arrays, latency: np.ndarray) -> dict[str, Any]:
+    """The weakest per-event token count the successful requests used, and how many counted
+    one token per event."""
+    return {
+        "output_tokens_source": weakest_source(a.tokens_source[latency]),
+        "requests_per_event_tokens": int((latency & (a.tokens_source == "events")).sum()),
+    }
+
+
+def _worker_health(
+    a: _Arrays, window: Window | None, members: np.ndarray, latency: np.ndarray
+) -> dict[str, Any]:
+    """How the workers themselves fared: their load and stalls, and events read together."""
     measured = ~np.isnan(a.stall_ns)
     stalled = int((members & measured & (a.stall_ns > 0)).sum()) if measured.any() else None
-    row.update(a.health.columns(window, stalled))
+    out = a.health.columns(window, stalled)
     counted = latency & ~np.isnan(a.coalesced) & ~np.isnan(a.events)
     total_events = float(a.events[counted].sum())
-    row["coalesced_events_pct"] = (
+    out["coalesced_events_pct"] = (
         100.0 * float(a.coalesced[counted].sum()) / total_events if total_events else float("nan")
     )
-    row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=open_loop))
-    row.update(session_columns(a.sessions, members))
-    row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
-    return row
+    return out
 
 
 def _step_warnings(row: dict[str, Any]) -> list[str]:

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, part_key
+from analysis.layout import part_key
+from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION
 
 T0_NS = 1_700_000_000_000_000_000
 STEPS = (1, 2, 4, 8, 16, 32)

@@ -14,50 +14,49 @@ without the steps it needs or without an SLO to judge by).
 from __future__ import annotations
 
 import difflib
-import math
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import reduce
 from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
 from analysis.errors import UsageError
+from locustfiles.run.kinds import Count, Kind, Seconds, Switch
+from locustfiles.run.parsers import has_step_objectives
+from locustfiles.run.rules import check_together
+from locustfiles.run.table import OPTION, TABLE
+from locustfiles.run.voice import FileVoice, shown
 
 EXTERNAL: Final = "external"
-SEARCH_MODES: Final = ("off", "concurrency", "rate")
-OVER_CAP: Final = ("wait", "drop")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
+CHAT_OPTIONS: Final = tuple(o for o in TABLE if o.key and o.name != "workload")
+"""The chat options a file sets by key (table.py), read with the option's own kind and checks;
+`workload` is read apart (one spec, or a list of named ones: one run each)."""
+
 # Options the campaign sets itself: in `extra` they would contradict the file.
-OWNED_FLAGS = {
-    "--host": "target.url", "-H": "target.url", "--model": "target.model",
-    "--api-key-env": "target.api_key_env", "--workload": "workload", "--steps": "steps",
-    "--step-duration": "step_duration", "--step-warmup": "step_warmup",
-    "--cold-requests": "cold_requests", "--events-uri": "events_uri", "--run-id": "name",
-    "--metadata": "engine", "--master": "workers", "--worker": "workers",
-    "--expect-workers": "workers", "--master-bind-host": "master_bind_host",
-    "--master-bind-port": "master_port", "--headless": "(always headless)",
+OWNED_FLAGS: Final = {
+    **{option.flag: option.key for option in TABLE if option.key},
+    "--host": "target.url", "-H": "target.url", "--run-id": "name", "--metadata": "engine",
+    "--master": "workers", "--worker": "workers", "--expect-workers": "workers",
+    "--master-bind-host": "master_bind_host", "--master-bind-port": "master_port",
+    "--headless": "(always headless)",
     "-f": "(the llmload locustfile)", "--locustfile": "(the llmload locustfile)",
-    "--rates": "rates", "--arrival": "arrival", "--max-concurrency": "max_concurrency",
-    "--over-cap": "over_cap", "--search": "search", "--slo": "slo",
-    "--turns": "turns", "--think-time": "think_time", "--history": "history",
-    "--followup-workload": "followup_workload", "--tool-rate": "tool_rate",
-    "--tool-latency": "tool_latency",
-    "--search-precision": "search_precision", "--search-min-requests": "search_min_requests",
 }  # fmt: skip
-OPEN_LOOP_KEYS: Final = ("arrival", "max_concurrency", "over_cap")
-_SESSION_EXAMPLES: Final = {"turns": "3 or U(2,5)", "think_time": "2 or exp(2)",
-                            "history": "full or window:4", "followup_workload": "D(64,128)",
-                            "tool_latency": "0.5 or U(0.2,1)"}  # fmt: skip
-"""Keys that shape open-loop (rate) steps: they need `rates`."""
+
+
+def _default(name: str) -> Any:
+    """A chat option's default in campaign files (table.py)."""
+    return OPTION[name].file_default
 
 
 @dataclass(frozen=True)
 class Target:
     url: str
-    model: str = ""
-    api_key_env: str = "OPENAI_API_KEY"
+    model: str = _default("model")
+    api_key_env: str = _default("api_key_env")
 
 
 @dataclass(frozen=True)
@@ -82,28 +81,31 @@ class Engine:
 
 @dataclass(frozen=True)
 class Campaign:
+    """A campaign file's keys. Those of chat options (CHAT_OPTIONS) hold the option's setting,
+    with the option's default; docs/campaign-config.md says what each key means."""
+
     target: Target
     workload: tuple[NamedWorkload, ...]
     name: str = "campaign"
-    steps: tuple[int, ...] = (1, 2, 4, 8)  # () when the steps are rates
-    rates: tuple[float, ...] = ()  # open loop: requests/s, one step each, instead of steps
-    arrival: str = "poisson"
-    turns: str = "1"  # sessions (docs/sessions.md): user turns per session, N or U(a,b)
-    think_time: str = "0"
-    history: str = "full"
-    followup_workload: str = ""
-    tool_rate: float = 0.0
-    tool_latency: str = "0.5"
-    max_concurrency: int = 0
-    over_cap: str = "wait"  # wait | drop: an arrival over max_concurrency waits or is dropped
-    search: str = "off"  # off | concurrency | rate: capacity search
-    search_precision: float = 0.05
-    search_min_requests: int = 100
-    step_duration: float = 30.0
-    step_warmup: float = 5.0
-    cold_requests: int = 3
-    events_uri: str = "runs"
-    slo: str = ""
+    steps: tuple[int, ...] = _default("steps")  # () when the steps are rates
+    rates: tuple[float, ...] = _default("rates")
+    arrival: str = _default("arrival")
+    turns: str = _default("turns")
+    think_time: str = _default("think_time")
+    history: str = _default("history")
+    followup_workload: str = _default("followup_workload")
+    tool_rate: float = _default("tool_rate")
+    tool_latency: str = _default("tool_latency")
+    max_concurrency: int = _default("max_concurrency")
+    over_cap: str = _default("over_cap")
+    search: str = _default("search")
+    search_precision: float = _default("search_precision")
+    search_min_requests: int = _default("search_min_requests")
+    step_duration: float = _default("step_duration")
+    step_warmup: float = _default("step_warmup")
+    cold_requests: int = _default("cold_requests")
+    events_uri: str = _default("events_uri")
+    slo: str = _default("slo")
     fail_on_slo: bool = False
     workers: int | Literal["external"] = 2
     expect_workers: int = 2
@@ -131,6 +133,10 @@ class Campaign:
     def levels(self) -> tuple[float, ...]:
         """The steps' levels, in order: rates (requests/s) or concurrencies."""
         return self.rates or tuple(float(s) for s in self.steps)
+
+    def settings(self) -> dict[str, Any]:
+        """The chat options' settings, by option name (the master's command line)."""
+        return {o.name: reduce(getattr, str(o.key).split("."), self) for o in CHAT_OPTIONS}
 
 
 def load_campaign(path: Path | str) -> Campaign:
@@ -164,121 +170,66 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
     """Validate a parsed mapping into a Campaign."""
     _check_keys(data, source)
     top = _Section(data, source, "")
-    target_sec = top.section("target", required=True)
-    target = Target(
-        url=target_sec.url("url"),
-        model=target_sec.string("model", Target.model),
-        api_key_env=target_sec.env_name("api_key_env", Target.api_key_env),
-    )
+    url = top.section("target", required=True).url("url")
     engine_sec = top.section("engine")
     engine = Engine(**{f.name: engine_sec.text_or_list(f.name) for f in fields(Engine)})
     workers = top.workers("workers")
-    expect = top.integer("expect_workers", None, minimum=1)
+    expect = top.get("expect_workers", Count(minimum=1), None)
     if workers != EXTERNAL:
         if expect is not None and expect != workers:
             top.fail("expect_workers", f"must equal workers ({workers}) or be left out")
         expect = int(workers)
     elif expect is None:
         top.fail("expect_workers", "is required with workers: external (how many to wait for)")
-    rates = top.rates("rates")
+    settings, given = _chat_settings(data, source)
+    keys = {str(OPTION[name].key): value for name, value in settings.items()}
     campaign = Campaign(
-        target=target,
+        target=Target(url, keys.pop("target.model"), keys.pop("target.api_key_env")),
         workload=top.workloads("workload"),
         name=top.name("name", Campaign.name),
-        steps=() if rates else top.steps("steps", Campaign.steps),
-        rates=rates,
-        arrival=top.arrival("arrival"),
-        turns=top.session_option("turns", "--turns"),
-        think_time=top.session_option("think_time", "--think-time"),
-        history=top.session_option("history", "--history"),
-        followup_workload=top.session_option("followup_workload", "--followup-workload"),
-        tool_rate=top.fraction("tool_rate", Campaign.tool_rate, closed=True),
-        tool_latency=top.session_option("tool_latency", "--tool-latency"),
-        max_concurrency=top.integer("max_concurrency", Campaign.max_concurrency, minimum=0) or 0,
-        over_cap=top.choice("over_cap", OVER_CAP, Campaign.over_cap),
-        search=top.choice("search", SEARCH_MODES, Campaign.search),
-        search_precision=top.fraction("search_precision", Campaign.search_precision),
-        search_min_requests=top.integer(
-            "search_min_requests", Campaign.search_min_requests, minimum=1
-        )
-        or Campaign.search_min_requests,
-        step_duration=top.number("step_duration", Campaign.step_duration, positive=True),
-        step_warmup=top.number("step_warmup", Campaign.step_warmup),
-        cold_requests=top.integer("cold_requests", Campaign.cold_requests, minimum=0) or 0,
-        events_uri=top.string("events_uri", Campaign.events_uri),
-        slo=top.slo("slo"),
-        fail_on_slo=top.boolean("fail_on_slo", Campaign.fail_on_slo),
+        **keys,
+        fail_on_slo=top.get("fail_on_slo", Switch(), Campaign.fail_on_slo),
         workers=workers,
         expect_workers=int(expect or 0),
-        worker_wait=top.number("worker_wait", Campaign.worker_wait, positive=True),
-        master_bind_host=top.string("master_bind_host", Campaign.master_bind_host),
-        master_port=top.integer("master_port", Campaign.master_port, minimum=0, maximum=65535) or 0,
-        report_dir=top.string("report_dir", Campaign.report_dir),
+        worker_wait=top.get("worker_wait", Seconds(), Campaign.worker_wait),
+        master_bind_host=top.get("master_bind_host", Kind(), Campaign.master_bind_host),
+        master_port=top.get("master_port", Count(minimum=0, maximum=65535), Campaign.master_port),
+        report_dir=top.get("report_dir", Kind(), Campaign.report_dir),
         engine=engine,
         extra=top.extra("extra"),
     )
-    if campaign.step_warmup >= campaign.step_duration:
-        top.fail("step_warmup", f"must be shorter than step_duration ({campaign.step_duration})")
-    if campaign.fail_on_slo and not _has_objectives(campaign.slo):
+    check_together(settings, given.__contains__, lambda name: OPTION[name].file(source))
+    if campaign.fail_on_slo and not has_step_objectives(campaign.slo):
         top.fail("fail_on_slo", "needs step objectives in slo, e.g. slo: ttft_p99=0.5")
-    _check_open_loop(top, campaign)
-    _check_search(top, campaign)
-    _check_events_uri(top, campaign.events_uri)
-    return campaign
-
-
-def _check_open_loop(top: _Section, campaign: Campaign) -> None:
-    """`rates` replaces `steps`; the open-loop keys need `rates`."""
-    if campaign.rates and top.given("steps"):
-        top.fail(
-            "steps",
-            "and key 'rates' are both set: give steps (concurrency) or rates (requests/s), "
-            "not both",
-        )
-    if not campaign.rates:
-        for key in OPEN_LOOP_KEYS:
-            if top.given(key):
-                top.fail(key, "applies to open-loop steps: give rates too, e.g. rates: [1, 2, 4]")
-
-
-def _check_search(top: _Section, campaign: Campaign) -> None:
-    """A search needs the levels of its mode and an SLO with a step objective to judge by."""
-    if campaign.search == "off":
-        return
-    if campaign.search == "rate" and not campaign.rates:
-        top.fail("search", "is rate: it needs rates (the coarse levels), e.g. rates: [1, 2, 4, 8]")
-    if campaign.search == "concurrency" and campaign.rates:
-        top.fail("search", "is concurrency: it searches steps, not rates; use search: rate")
-    if not _has_objectives(campaign.slo):
-        top.fail(
-            "search",
-            "needs slo with a step objective to judge each level by, e.g. slo: ttft_p99=0.5",
-        )
-    if campaign.fail_on_slo:
+    if campaign.fail_on_slo and campaign.search != "off":
         top.fail(
             "fail_on_slo",
             "does not apply to a capacity search (levels above the capacity miss the SLO by "
             "design; the campaign exits 3 when even the lowest level misses it): remove it",
         )
+    return campaign
 
 
-def _has_objectives(spec: str) -> bool:
-    from analysis.slo import parse_slo
-
-    return bool(parse_slo(spec or None).objectives)
-
-
-def _check_events_uri(top: _Section, uri: str) -> None:
-    from analysis.storage import open_store
-
-    try:
-        open_store(uri)
-    except UsageError as exc:
-        top.fail("events_uri", str(exc))
+def _chat_settings(data: Mapping[str, Any], source: str) -> tuple[dict[str, Any], set[str]]:
+    """The chat options' settings by option name, and the names whose key the file gives."""
+    settings: dict[str, Any] = {}
+    given: set[str] = set()
+    for option in CHAT_OPTIONS:
+        raw: Any = data
+        for part in str(option.key).split("."):
+            raw = raw.get(part) if isinstance(raw, Mapping) else None
+        if raw is None:
+            settings[option.name] = option.file_default
+        else:
+            given.add(option.name)
+            settings[option.name] = option.kind.setting(raw, option.file(source))
+    if settings["rates"]:
+        settings["steps"] = ()  # rates replace the steps
+    return settings, given
 
 
 class _Section:
-    """One mapping of the file and typed getters for its keys (known keys: _check_keys)."""
+    """One mapping of the file and getters for its campaign keys (known keys: _check_keys)."""
 
     def __init__(self, data: Any, source: str, path: str) -> None:
         self.source, self.path = source, path
@@ -286,104 +237,58 @@ class _Section:
             data = {}
         if not isinstance(data, Mapping):
             where = f"key {path!r}" if path else "the file"
-            raise UsageError(f"{source}: {where} must be a mapping of keys, not {_kind(data)}")
+            raise UsageError(f"{source}: {where} must be a mapping of keys, not {shown(data)}")
         self.data: Mapping[str, Any] = data
 
+    def say(self, key: str, default: Any = None) -> FileVoice:
+        return FileVoice(self.source, f"{self.path}.{key}" if self.path else key, default)
+
     def fail(self, key: str, problem: str) -> NoReturn:
-        raise UsageError(f"{self.source}: key {self._full(key)!r} {problem}")
+        self.say(key).fail(problem)
 
-    def _full(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def given(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def _get(self, key: str, required: bool = False) -> Any:
+    def get(self, key: str, kind: Kind, default: Any) -> Any:
+        """The key's value checked by `kind` (kinds.py), or `default` when left out."""
         value = self.data.get(key)
-        if value is None and required:
+        return default if value is None else kind.value(value, self.say(key, default))
+
+    def _required(self, key: str) -> Any:
+        value = self.data.get(key)
+        if value is None:
             self.fail(key, "is required")
         return value
 
     def section(self, key: str, required: bool = False) -> _Section:
-        return _Section(self._get(key, required), self.source, self._full(key))
-
-    def string(self, key: str, default: str) -> str:
-        value = self._get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            self.fail(key, f"must be a string, not {_kind(value)}; quote it")
-        return str(value)
+        value = self._required(key) if required else self.data.get(key)
+        return _Section(value, self.source, self.say(key).ref)
 
     def text_or_list(self, key: str) -> str | None:
-        value = self._get(key)
+        value = self.data.get(key)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             import shlex
 
             return shlex.join(value)
         if value is not None and not isinstance(value, str | int | float):
-            self.fail(key, f"must be a string, not {_kind(value)}")
+            self.fail(key, f"must be a string, not {shown(value)}")
         return None if value is None else str(value)
 
     def url(self, key: str) -> str:
-        value = self.string(key, "")
+        value = self.get(key, Kind(), "")
         if not value:
             self.fail(key, "is required: the server's base URL, e.g. http://127.0.0.1:8000")
         if not re.match(r"^https?://[^/\s]+", value):
             self.fail(key, f"must be an http:// or https:// base URL, not {value!r}")
-        return value.rstrip("/")
-
-    def env_name(self, key: str, default: str) -> str:
-        value = self.string(key, default)
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-            self.fail(
-                key, f"must name an environment variable (e.g. OPENAI_API_KEY), not {value!r}"
-            )
-        return value
+        return str(value).rstrip("/")
 
     def name(self, key: str, default: str) -> str:
-        value = self.string(key, default)
+        value = self.get(key, Kind(), default)
         if not NAME_PATTERN.match(value):
             self.fail(
                 key, f"must be letters, digits, '.', '_' or '-' (it goes in run ids), not {value!r}"
             )
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self._get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            self.fail(key, f"must be true or false, not {value!r}")
-        return bool(value)
-
-    def number(self, key: str, default: float, positive: bool = False) -> float:
-        value = self._get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(key, f"must be a number of seconds, not {value!r}")
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            bound = "> 0" if positive else ">= 0"
-            self.fail(key, f"must be {bound}, not {value}; give seconds, e.g. {key}: {default:g}")
-        return float(value)
-
-    def integer(
-        self, key: str, default: int | None, minimum: int, maximum: int | None = None
-    ) -> int | None:
-        value = self._get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"must be an integer, not {value!r}")
-        if value < minimum:
-            self.fail(key, f"must be >= {minimum}, not {value}")
-        if maximum is not None and value > maximum:
-            self.fail(key, f"must be <= {maximum}, not {value}")
-        return int(value)
+        return str(value)
 
     def workers(self, key: str) -> int | Literal["external"]:
-        value = self._get(key)
+        value = self.data.get(key)
         if value is None:
             return Campaign.workers
         if value == EXTERNAL:
@@ -392,117 +297,17 @@ class _Section:
             self.fail(key, f"must be a number of local workers >= 1 or 'external', not {value!r}")
         return int(value)
 
-    def steps(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
-        value = self._get(key)
-        if value is None:
-            return default
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list) or not items:
-            self.fail(key, f"must be a list of concurrencies such as [1, 2, 4], not {value!r}")
-        try:
-            steps = tuple(int(str(s).strip()) for s in items if not isinstance(s, bool | float))
-        except ValueError:
-            steps = ()
-        if len(steps) != len(items) or any(s < 1 for s in steps):
-            self.fail(key, f"must be a list of integers >= 1 such as [1, 2, 4], not {value!r}")
-        return steps
-
-    def rates(self, key: str) -> tuple[float, ...]:
-        value = self._get(key)
-        if value is None:
-            return ()
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list) or not items:
-            self.fail(key, f"must be a list of requests/s such as [0.5, 1, 2], not {value!r}")
-        rates: list[float] = []
-        for item in items:
-            try:
-                rate = math.nan if isinstance(item, bool) else float(str(item).strip())
-            except ValueError:
-                rate = math.nan
-            if not (math.isfinite(rate) and rate > 0):
-                self.fail(
-                    key,
-                    f"must be a list of numbers > 0 (requests/s) such as [0.5, 1, 2], "
-                    f"not {value!r}",
-                )
-            rates.append(rate)
-        return tuple(rates)
-
-    def session_option(self, key: str, flag: str) -> str:
-        """A session option (a number or a text), checked by the option's own parser."""
-        from locustfiles.run.options import parse_history
-        from locustfiles.traffic.spread import parse_spread
-        from locustfiles.traffic.workloads import parse_workload
-
-        default = str(getattr(Campaign, key))
-        value = self._get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            self.fail(key, f"must be a number or a string such as {_SESSION_EXAMPLES[key]}")
-        text = str(value).strip()
-        try:
-            if key == "history":
-                parse_history(text)
-            elif key == "followup_workload":
-                if text.startswith("conversations:"):
-                    raise UsageError("takes lengths (D/N/U) or dataset:PATH.jsonl")
-                parse_workload(text)
-            else:
-                parse_spread(flag, text, integer=key == "turns")
-        except UsageError as exc:
-            problem = str(exc).removeprefix(f"{flag} {text!r}: ").removeprefix(f"{flag} ")
-            self.fail(key, f"is not valid ({problem}); e.g. {_SESSION_EXAMPLES[key]}")
-        return text
-
-    def arrival(self, key: str) -> str:
-        from locustfiles.run.options import parse_arrival
-
-        value = self.string(key, Campaign.arrival)
-        try:
-            return parse_arrival(value)
-        except UsageError:
-            self.fail(
-                key,
-                "must be poisson, constant or gamma:CV with CV > 0 "
-                f"(e.g. gamma:2 for bursty arrivals), not {value!r}",
-            )
-
-    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
-        value = self._get(key)
-        if value is None:
-            return default
-        if value is False and "off" in choices:
-            return "off"  # YAML 1.1 reads a bare `off` as false
-        if value not in choices:
-            self.fail(key, f"must be {' or '.join(choices)}, not {value!r}")
-        return str(value)
-
-    def fraction(self, key: str, default: float, closed: bool = False) -> float:
-        """A number between 0 and 1: exclusive, or with `closed` inclusive."""
-        value = self._get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(key, f"must be a number between 0 and 1 such as 0.05, not {value!r}")
-        inside = 0 <= value <= 1 if closed else 0 < value < 1
-        if not (math.isfinite(value) and inside):
-            bounds = "inclusive" if closed else "exclusive"
-            self.fail(key, f"must be between 0 and 1 ({bounds}) such as 0.05, not {value}")
-        return float(value)
-
     def workloads(self, key: str) -> tuple[NamedWorkload, ...]:
-        value = self._get(key, required=True)
+        value = self._required(key)
         if isinstance(value, str):
             return (NamedWorkload("default", self._spec(key, value)),)
         if not isinstance(value, list) or not value:
             self.fail(key, "must be a spec such as 'D(128,64)' or a list of {name, spec}")
         out: list[NamedWorkload] = []
         for i, item in enumerate(value):
-            sec = _Section(item, self.source, f"{self._full(key)}[{i}]")
+            sec = _Section(item, self.source, f"{self.say(key).ref}[{i}]")
             name = sec.name("name", "")
-            spec = sec.string("spec", "")
+            spec = sec.get("spec", Kind(), "")
             if not name or not spec:
                 sec.fail("name" if not name else "spec", "is required in every workload entry")
             out.append(NamedWorkload(name, self._spec(f"{key}[{i}].spec", spec)))
@@ -512,26 +317,11 @@ class _Section:
         return tuple(out)
 
     def _spec(self, key: str, spec: str) -> str:
-        from locustfiles.traffic.workloads import parse_workload
-
-        try:
-            parse_workload(spec)
-        except UsageError as exc:
-            self.fail(key, f"is not a valid workload: {exc}")
-        return spec
-
-    def slo(self, key: str) -> str:
-        from analysis.slo import parse_slo
-
-        value = self.string(key, "")
-        try:
-            parse_slo(value or None)
-        except UsageError as exc:
-            self.fail(key, f"is not a valid SLO: {exc}")
-        return value
+        option = OPTION["workload"]
+        return str(option.kind.setting(spec, option.file(self.source, self.say(key).ref)))
 
     def extra(self, key: str) -> tuple[str, ...]:
-        value = self._get(key)
+        value = self.data.get(key)
         if value is None:
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
@@ -584,14 +374,6 @@ def _check_keys(data: Any, source: str) -> None:
         )
     if problems:
         raise UsageError(f"{source}: {'; '.join(problems)} (docs/campaign-config.md)")
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
 
 
 __all__ = ["EXTERNAL", "Campaign", "Engine", "NamedWorkload", "Target", "load_campaign"]

@@ -37,6 +37,7 @@ from infra.campaign.config import Campaign, NamedWorkload
 from infra.campaign.procs import Children
 from infra.campaign.report import level_text, report_run, search_block, search_line
 from infra.ports import free_port
+from locustfiles.run.table import command_line
 
 LOCUSTFILE = Path(locustfiles.__file__).parent / "chat.py"
 MASTER_GRACE_S = 30.0
@@ -248,9 +249,10 @@ def _announce(
 def master_command(
     campaign: Campaign, workload: NamedWorkload, run_id: str, port: int
 ) -> list[str]:
+    """The master's command line: Locust's flags, then the campaign's chat options as the
+    option table writes them (table.py), then the file's `extra`."""
     metadata = {"campaign": campaign.name, "workload_name": workload.name}
     metadata.update(campaign.engine.metadata())
-    target = campaign.target
     args = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--master", "--master-bind-host", campaign.master_bind_host,
@@ -259,47 +261,11 @@ def master_command(
         "--expect-workers-max-wait", f"{campaign.worker_wait:g}",
         "--exit-code-on-error", "0",  # request failures are data in the report, not a failed run
         "--enable-rebalancing",  # a lost worker's users move to the others: the step keeps its load
-        "--host", target.url, "--api-key-env", target.api_key_env,
-        "--workload", workload.spec,
-        "--step-duration", f"{campaign.step_duration:g}",
-        "--step-warmup", f"{campaign.step_warmup:g}",
-        "--cold-requests", str(campaign.cold_requests),
-        "--events-uri", campaign.events_uri, "--run-id", run_id,
-        "--metadata", json.dumps(metadata, sort_keys=True),
+        "--host", campaign.target.url,
     ]  # fmt: skip
-    if target.model:
-        args += ["--model", target.model]
-    sessions = {"--turns": campaign.turns, "--think-time": campaign.think_time,
-                "--history": campaign.history, "--followup-workload": campaign.followup_workload,
-                "--tool-rate": _exact(campaign.tool_rate), "--tool-latency": campaign.tool_latency}  # fmt: skip
-    defaults = {"--turns": "1", "--think-time": "0", "--history": "full", "--followup-workload": "",
-                "--tool-rate": "0", "--tool-latency": "0.5"}  # fmt: skip
-    for flag, value in sessions.items():  # only what the file sets: a plain run stays plain
-        if value != defaults[flag]:
-            args += [flag, value]
-    if campaign.rates:
-        args += [
-            "--rates", ",".join(_exact(r) for r in campaign.rates),
-            "--arrival", campaign.arrival,
-            "--max-concurrency", str(campaign.max_concurrency),
-            "--over-cap", campaign.over_cap,
-        ]  # fmt: skip
-    else:
-        args += ["--steps", ",".join(str(s) for s in campaign.steps)]
-    if campaign.slo:
-        args += ["--slo", campaign.slo]  # the run records its SLO, and a search judges by it
-    if campaign.search != "off":
-        args += [
-            "--search", campaign.search,
-            "--search-precision", _exact(campaign.search_precision),
-            "--search-min-requests", str(campaign.search_min_requests),
-        ]  # fmt: skip
-    return [*args, *campaign.extra]
-
-
-def _exact(value: float) -> str:
-    """A number for a command line, without rounding: 2.0 -> '2', 0.1 -> '0.1'."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+    run = {"workload": workload.spec, "run_id": run_id,
+           "metadata": json.dumps(metadata, sort_keys=True)}  # fmt: skip
+    return [*args, *command_line({**campaign.settings(), **run}), *campaign.extra]
 
 
 def _levels(campaign: Campaign) -> list[str]:

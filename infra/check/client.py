@@ -1,28 +1,23 @@
-"""Plain blocking HTTP for `llmload check` (urllib3 in a normal process: no gevent, no locust).
+"""Plain blocking HTTP for `llmload check` (urllib3 in a plain process: no locust, no patching).
 
-Streams are read with the same SSE reader and event rules as the load workers
-(`locustfiles/request/sse.py`, `locustfiles/request/stream.py`), so the check judges a stream as a run would.
+Streams go through the load's own request path (`locustfiles.request.client.execute`: the
+same SSE loop, event rules and failure kinds), so the check judges a stream as a run would;
+other requests are `locustfiles.request.exchange` exchanges, classified the same way.
 """
 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import urllib3
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    HTTPError,
-    NewConnectionError,
-    ReadTimeoutError,
-)
 
+from locustfiles.request.client import Limits, Tap, execute
+from locustfiles.request.errors import TRANSPORT, describe
+from locustfiles.request.exchange import Reply, exchange
 from locustfiles.request.record import RequestRecord
-from locustfiles.request.sse import events
-from locustfiles.request.stream import StreamFailure, StreamState
 
 
 @dataclass
@@ -85,13 +80,37 @@ class StreamAnswer:
         return None if t is None else t / 1e9
 
 
-def _transport_error(exc: Exception) -> str:
-    text = f"{type(exc).__name__}: {str(exc)[:160]}"
-    if isinstance(exc, NewConnectionError | ConnectTimeoutError | ConnectionRefusedError):
-        return f"connect: {text}"
-    if isinstance(exc, ReadTimeoutError | TimeoutError):
-        return f"timeout: {text}"
-    return f"transport: {text}"
+def _transport_error(reply: Reply) -> str:
+    """A failed exchange as `llmload check` says it: "connect: ...", "timeout: ...", ..."""
+    assert reply.error is not None
+    return f"{reply.failure or TRANSPORT}: {describe(reply.error)}"
+
+
+_TIMEOUTS = ("ttft_timeout", "total_timeout", "stall_timeout")
+
+
+def _stream_answer(record: RequestRecord, tap: Tap) -> StreamAnswer:
+    """A streamed request's record in the check's words (its kinds: http, connect, timeout,
+    transport, and the stream's own: stream_truncated, malformed_event, ...)."""
+    answer = StreamAnswer(record.http_status, record)
+    if tap.state is not None:
+        answer.done, answer.finish_reason = tap.state.done, tap.state.finish_reason
+    kind = record.error_kind
+    if record.status == "cancelled":
+        answer.cancelled = True
+    elif record.http_status is not None and record.http_status != 200:
+        answer.error_kind, answer.detail = "http", f"HTTP {record.http_status}"
+        try:
+            answer.body = json.loads(tap.error_body)
+        except ValueError:
+            answer.body = None
+    elif kind is not None:
+        if kind in _TIMEOUTS:
+            kind = "timeout"
+        elif kind == "stream_truncated" and record.http_status is None:
+            kind = TRANSPORT  # broke before any response (e.g. TLS)
+        answer.error_kind, answer.detail = kind, record.error_detail
+    return answer
 
 
 class Target:
@@ -106,11 +125,8 @@ class Target:
     def url(self, path: str) -> str:
         return path if "://" in path else self.base + path
 
-    def _headers(self, body: bool) -> dict[str, str]:
-        hdrs = {**self.headers, "X-Request-Id": "check-" + uuid.uuid4().hex}
-        if body:
-            hdrs["Content-Type"] = "application/json"
-        return hdrs
+    def _headers(self) -> dict[str, str]:
+        return {**self.headers, "X-Request-Id": "check-" + uuid.uuid4().hex}
 
     def get(self, path: str, timeout: float | None = None) -> Answer:
         return self._exchange("GET", path, None, timeout)
@@ -122,37 +138,20 @@ class Target:
         self, url: str, timeout: float | None = None
     ) -> tuple[int | None, str, str | None]:
         """(status, body text, transport error) of a GET (Prometheus /metrics)."""
-        try:
-            resp = self.pool.request(
-                "GET", self.url(url), headers=self.headers, timeout=timeout or self.timeout
-            )
-        except (HTTPError, OSError) as exc:
-            return None, "", _transport_error(exc)
-        return resp.status, resp.data.decode("utf-8", "replace"), None
+        reply = exchange(self.pool, "GET", self.url(url), None, self.headers,
+                         timeout or self.timeout)  # fmt: skip
+        if reply.error is not None:
+            return None, "", _transport_error(reply)
+        return reply.status, reply.data.decode("utf-8", "replace"), None
 
     def _exchange(
         self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None
     ) -> Answer:
-        data = json.dumps(body).encode() if body is not None else None
-        t0 = time.perf_counter()
-        try:
-            resp = self.pool.request(
-                method,
-                self.url(path),
-                body=data,
-                headers=self._headers(data is not None),
-                timeout=timeout or self.timeout,
-                redirect=False,
-            )
-        except (HTTPError, OSError) as exc:
-            return Answer(None, error=_transport_error(exc), elapsed_s=time.perf_counter() - t0)
-        elapsed = time.perf_counter() - t0
-        try:
-            parsed = json.loads(resp.data) if resp.data else None
-        except ValueError:
-            parsed = None
-        headers = {k.lower(): v for k, v in resp.headers.items()}
-        return Answer(resp.status, parsed, headers, elapsed_s=elapsed)
+        reply = exchange(self.pool, method, self.url(path), body, self._headers(),
+                         timeout or self.timeout)  # fmt: skip
+        if reply.error is not None:
+            return Answer(None, error=_transport_error(reply), elapsed_s=reply.elapsed_s)
+        return Answer(reply.status, reply.json(), reply.headers, elapsed_s=reply.elapsed_s)
 
     def stream(
         self,
@@ -165,56 +164,20 @@ class Target:
         """POST a streaming request and read it to the end (or cancel after some tokens).
 
         `on_cancel_point()` is called once the tokens are in, before the disconnect (the
-        caller looks at the server's gauges while the request is still running).
+        caller looks at the server's gauges while the request is still running). The
+        timeout holds for the headers and for every read after them.
         """
+        headers = self._headers()
         record = RequestRecord(
-            request_id=uuid.uuid4().hex, step=0, concurrency=1, cold=False, scenario="check",
-            endpoint="chat" if chat else "completions", model=body.get("model"), stream=True,
-            prompt_tokens_requested=None, max_tokens=body.get("max_tokens"), prompt_sha256="",
+            request_id=headers["X-Request-Id"], step=0, concurrency=1, cold=False,
+            scenario="check", endpoint="chat" if chat else "completions",
+            model=body.get("model"), stream=True, prompt_tokens_requested=None,
+            max_tokens=body.get("max_tokens"), prompt_sha256="",
         )  # fmt: skip
-        answer = StreamAnswer(None, record)
-        state = StreamState(record, chat, None)
-        resp: Any = None
-        t0 = time.perf_counter_ns()
-        try:
-            resp = self.pool.urlopen(
-                "POST", self.url(path), body=json.dumps(body).encode(),
-                headers=self._headers(True), timeout=self.timeout, redirect=False,
-                preload_content=False, decode_content=False,
-            )  # fmt: skip
-            answer.status = record.http_status = resp.status
-            record.headers_ns = time.perf_counter_ns() - t0
-            if resp.status != 200:
-                raw = resp.read(4096)
-                try:
-                    answer.body = json.loads(raw)
-                except ValueError:
-                    answer.body = None
-                answer.error_kind, answer.detail = "http", f"HTTP {resp.status}"
-                return answer
-            for datas, arrived in events(resp):
-                for data in datas:
-                    state.on_event(data, arrived - t0)
-                if cancel_after_tokens is not None and answer.tokens >= cancel_after_tokens:
-                    if on_cancel_point is not None:
-                        on_cancel_point()
-                    answer.cancelled = True
-                    return answer
-            record.end_ns = time.perf_counter_ns() - t0
-            state.on_end()
-        except StreamFailure as exc:
-            answer.error_kind, answer.detail = exc.kind, exc.detail
-        except (HTTPError, OSError) as exc:
-            kind = _transport_error(exc).split(":", 1)[0]
-            truncated = answer.status == 200 and kind != "timeout"
-            answer.error_kind = "stream_truncated" if truncated else kind
-            answer.detail = _transport_error(exc)
-        finally:
-            if record.end_ns is None:
-                record.end_ns = time.perf_counter_ns() - t0
-            answer.done, answer.finish_reason = state.done, state.finish_reason
-            if resp is not None:
-                if answer.cancelled or answer.error_kind is not None:
-                    resp.close()  # disconnect: the server should free the sequence
-                resp.release_conn()
-        return answer
+        limits = Limits(connect_timeout=self.timeout, request_timeout=None,
+                        ttft_timeout=self.timeout, stall_timeout=None,
+                        read_timeout=self.timeout)  # fmt: skip
+        tap = Tap(on_cancel_point)
+        execute(self.pool, self.url(path), body, headers, record, limits,
+                cancel_after_tokens=cancel_after_tokens, tap=tap)  # fmt: skip
+        return _stream_answer(record, tap)

@@ -1,45 +1,43 @@
-"""Integer distributions given on the command line: `K` (fixed) or `A-B` (uniform, inclusive)."""
+"""Integer distributions given on the command line: `K` (fixed) or `A-B` (uniform, inclusive).
+
+The grammar and the sampling are locustfiles.traffic.distribution's (one for all of llmload);
+this is the simulator's wording of it: whole numbers >= a minimum, built from (low, high).
+"""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from analysis.errors import UsageError
+from locustfiles.traffic.distribution import BadDistribution, Distribution, parse_distribution
 
 
-@dataclass(frozen=True)
-class IntDist:
+class IntDist(Distribution):
     """A fixed integer or a uniform integer range [low, high]."""
 
-    low: int
-    high: int
+    if TYPE_CHECKING:  # the draws are whole numbers
+        low: int
+        high: int
 
-    def sample(self, rng: random.Random) -> int:
-        if self.low == self.high:
-            return self.low
-        return rng.randint(self.low, self.high)
+        def sample(self, rng: random.Random, clamp: bool = True) -> int: ...
 
-    def __str__(self) -> str:
-        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+    def __init__(self, low: int, high: int) -> None:
+        if low == high:
+            super().__init__("fixed", low, integer=True, spec=str(low))
+        else:
+            super().__init__("uniform", low, high, integer=True, spec=f"{low}-{high}")
 
     @classmethod
     def parse(cls, spec: str, *, minimum: int = 1, what: str = "value") -> IntDist:
         """Parse `K` or `A-B`; every value must be an integer >= `minimum`."""
-        text = spec.strip()
-        parts = text.split("-")
         try:
-            if len(parts) == 1:
-                low = high = int(parts[0])
-            elif len(parts) == 2:
-                low, high = int(parts[0]), int(parts[1])
-            else:
-                raise ValueError(text)
-        except ValueError:
-            raise UsageError(f"{what}: {spec!r} is not `K` or `A-B` (integers)") from None
-        if low < minimum or high < low:
+            dist = parse_distribution(spec, spellings=("K", "A-B"), integer=True, minimum=minimum)
+        except BadDistribution as bad:
+            if bad.rule in ("syntax", "whole"):
+                raise UsageError(f"{what}: {spec!r} is not `K` or `A-B` (integers)") from None
             raise UsageError(
                 f"{what}: {spec!r} needs {minimum} <= A <= B; give an integer K >= {minimum} "
                 f"or a range A-B, e.g. {what} {minimum}-{minimum + 2}"
-            )
-        return cls(low, high)
+            ) from None
+        return cls(dist.low, dist.high)

@@ -8,9 +8,12 @@ cache off its metrics are absent (not zero); the hit rate has no sample before a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from infra.simserver.prefix_cache import PrefixCache
 
@@ -46,230 +49,210 @@ class EngineGauges(Protocol):
     def cache(self) -> PrefixCache | None: ...
 
 
+PREFIX = "llmload_sim_"
 REJECT_REASONS = ("bad_request", "max_model_len", "queue_full", "not_found", "draining")
 FINISH_REASONS = ("stop", "length")
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+Labelled = Sequence[tuple[Sequence[str], float]]
+"""Samples of one family: (label values, value)."""
+
+
+Kind = type[GaugeMetricFamily] | type[CounterMetricFamily]
+
+
+def _one(value: float) -> Labelled:
+    return [((), value)]
+
+
+def _family(
+    kind: Kind, name: str, help_: str, samples: Labelled, labels: Sequence[str] = ()
+) -> Metric:
+    """One family; with no samples it is still written (HELP and TYPE), as an absent value."""
+    family = kind(name, help_, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
+
+
+def _gauge(name: str, help_: str, value: float) -> Metric:
+    return _family(GaugeMetricFamily, name, help_, _one(value))
+
+
+def _counter(name: str, help_: str, value: float) -> Metric:
+    return _family(CounterMetricFamily, name, help_, _one(value))
+
+
+@dataclass(frozen=True)
+class SimCollector:
+    """The simulator's metric families (a prometheus_client collector), read at each scrape."""
+
+    stats: SimStats
+    engine: EngineGauges
+    model_name: str
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._engine_families()
+        yield from self._prefix_cache_families()
+        yield from self._vllm_aliases()
+
+    @property
+    def _kv_ratio(self) -> float:
+        capacity = self.engine.kv_capacity_tokens
+        return self.engine.kv_reserved_tokens / capacity if capacity else 0.0
+
+    @property
+    def _hit_rate(self) -> Labelled:
+        cache = self.engine.cache
+        return _one(cache.hits / cache.queries) if cache is not None and cache.queries else []
+
+    def _engine_families(self) -> Iterator[Metric]:
+        stats, engine, p = self.stats, self.engine, PREFIX
+        yield _gauge(f"{p}requests_running", "Sequences in the running batch.", engine.num_running)
+        yield _gauge(f"{p}requests_waiting", "Requests in the waiting queue.", engine.num_waiting)
+        yield _gauge(
+            f"{p}kv_cache_usage_ratio",
+            "KV tokens reserved by running sequences / capacity (0..1).",
+            self._kv_ratio,
+        )
+        yield _gauge(
+            f"{p}kv_cache_reserved_tokens",
+            "KV tokens reserved (prompt + max_tokens of running sequences).",
+            engine.kv_reserved_tokens,
+        )
+        yield _gauge(
+            f"{p}kv_cache_used_tokens",
+            "KV tokens holding data (prompt + generated of running sequences).",
+            engine.kv_used_tokens,
+        )
+        yield _gauge(
+            f"{p}kv_cache_capacity_tokens", "KV budget in tokens.", engine.kv_capacity_tokens
+        )
+        yield _family(
+            CounterMetricFamily,
+            f"{p}requests_finished_total",
+            "Requests that ran to the end.",
+            [((r,), stats.finished[r]) for r in FINISH_REASONS],
+            labels=("reason",),
+        )
+        yield _counter(
+            f"{p}requests_cancelled_total",
+            "Requests whose client disconnected before the end (slot and KV freed at once).",
+            stats.cancelled,
+        )
+        reasons = sorted(set(REJECT_REASONS) | set(stats.rejected))
+        yield _family(
+            CounterMetricFamily,
+            f"{p}requests_rejected_total",
+            "Requests refused, by reason.",
+            [((r,), stats.rejected[r]) for r in reasons],
+            labels=("reason",),
+        )
+        yield _family(
+            CounterMetricFamily,
+            f"{p}faults_injected_total",
+            "Injected faults, by kind.",
+            [((k,), n) for k, n in sorted(stats.faults.items())],
+            labels=("kind",),
+        )
+        yield _counter(
+            f"{p}prompt_tokens_total", "Prompt tokens of admitted requests.", stats.prompt_tokens
+        )
+        yield _counter(f"{p}generation_tokens_total", "Generated tokens.", stats.generation_tokens)
+        yield _counter(f"{p}sse_events_total", "SSE events written.", stats.events)
+        yield _counter(
+            f"{p}tool_calls_total", "Chat answers that are tool calls.", stats.tool_calls
+        )
+        yield _counter(f"{p}engine_steps_total", "Engine steps.", stats.steps)
+        yield _counter(
+            f"{p}engine_lag_seconds_total",
+            "Time the engine ran behind its virtual schedule (CPU saturated).",
+            stats.lag_seconds,
+        )
+
+    def _prefix_cache_families(self) -> Iterator[Metric]:
+        """None with the prefix cache off: absent, not zero."""
+        cache, p = self.engine.cache, PREFIX
+        if cache is None:
+            return
+        yield _counter(
+            f"{p}prefix_cache_queries_total",
+            "Prompt tokens of admitted requests looked up in the prefix cache.",
+            cache.queries,
+        )
+        yield _counter(
+            f"{p}prefix_cache_hits_total",
+            "Prompt tokens found in the prefix cache (no prefill needed).",
+            cache.hits,
+        )
+        yield _family(
+            GaugeMetricFamily,
+            f"{p}prefix_cache_hit_ratio",
+            "Cumulative hits / queries of the prefix cache (no sample before a query).",
+            self._hit_rate,
+        )
+        blocks = cache.capacity_blocks
+        yield _gauge(
+            f"{p}prefix_cache_usage_ratio",
+            "Prefix cache blocks held / capacity (0..1).",
+            cache.cached_blocks / blocks if blocks else 0.0,
+        )
+        yield _gauge(
+            f"{p}prefix_cache_blocks", "Blocks held by the prefix cache.", cache.cached_blocks
+        )
+        yield _gauge(f"{p}prefix_cache_capacity_blocks", "Prefix cache capacity in blocks.", blocks)
+        yield _counter(
+            f"{p}prefix_cache_evicted_blocks_total",
+            "Blocks evicted from the prefix cache (least recently used).",
+            cache.evicted_blocks,
+        )
+
+    def _vllm_aliases(self) -> Iterator[Metric]:
+        """vLLM's names for ours, labelled with the served model (`model_name`) first."""
+        stats, engine, cache = self.stats, self.engine, self.engine.cache
+        gauge, counter = GaugeMetricFamily, CounterMetricFamily
+        aliases: list[tuple[Kind, str, str, Labelled]] = [
+            (gauge, "vllm:num_requests_running", "requests_running", _one(engine.num_running)),
+            (gauge, "vllm:num_requests_waiting", "requests_waiting", _one(engine.num_waiting)),
+            (gauge, "vllm:kv_cache_usage_perc", "kv_cache_usage_ratio", _one(self._kv_ratio)),
+            (gauge, "vllm:gpu_cache_usage_perc", "kv_cache_usage_ratio", _one(self._kv_ratio)),
+            (counter, "vllm:prompt_tokens_total", "prompt_tokens_total", _one(stats.prompt_tokens)),
+            (
+                counter,
+                "vllm:generation_tokens_total",
+                "generation_tokens_total",
+                _one(stats.generation_tokens),
+            ),
+        ]
+        for kind, name, of, samples in aliases:
+            yield self._alias(kind, name, of, samples)
+        success = [((r,), stats.finished[r]) for r in FINISH_REASONS]
+        yield self._alias(
+            counter,
+            "vllm:request_success_total",
+            "requests_finished_total",
+            success,
+            "finished_reason",
+        )
+        if cache is not None:
+            yield self._alias(
+                counter,
+                "vllm:prefix_cache_queries_total",
+                "prefix_cache_queries_total",
+                _one(cache.queries),
+            )
+            yield self._alias(
+                counter, "vllm:prefix_cache_hits_total", "prefix_cache_hits_total", _one(cache.hits)
+            )
+            yield self._alias(
+                gauge, "vllm:gpu_prefix_cache_hit_rate", "prefix_cache_hit_ratio", self._hit_rate
+            )
+
+    def _alias(self, kind: Kind, name: str, of: str, samples: Labelled, *labels: str) -> Metric:
+        model = [((self.model_name, *values), value) for values, value in samples]
+        return _family(kind, name, f"Alias of {PREFIX}{of}.", model, ("model_name", *labels))
 
 
 def render(stats: SimStats, engine: EngineGauges, model_name: str) -> str:
-    """Prometheus text exposition format 0.0.4."""
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_: str, samples: Sequence[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            text = repr(float(value)) if isinstance(value, float) else str(value)
-            lines.append(f"{name}{labels} {text}")
-
-    capacity = engine.kv_capacity_tokens
-    ratio = engine.kv_reserved_tokens / capacity if capacity else 0.0
-    p = "llmload_sim_"
-    metric(
-        f"{p}requests_running",
-        "gauge",
-        "Sequences in the running batch.",
-        [("", engine.num_running)],
-    )
-    metric(
-        f"{p}requests_waiting",
-        "gauge",
-        "Requests in the waiting queue.",
-        [("", engine.num_waiting)],
-    )
-    metric(
-        f"{p}kv_cache_usage_ratio",
-        "gauge",
-        "KV tokens reserved by running sequences / capacity (0..1).",
-        [("", ratio)],
-    )
-    metric(
-        f"{p}kv_cache_reserved_tokens",
-        "gauge",
-        "KV tokens reserved (prompt + max_tokens of running sequences).",
-        [("", engine.kv_reserved_tokens)],
-    )
-    metric(
-        f"{p}kv_cache_used_tokens",
-        "gauge",
-        "KV tokens holding data (prompt + generated of running sequences).",
-        [("", engine.kv_used_tokens)],
-    )
-    metric(f"{p}kv_cache_capacity_tokens", "gauge", "KV budget in tokens.", [("", capacity)])
-    finished = [(f'{{reason="{r}"}}', stats.finished[r]) for r in FINISH_REASONS]
-    metric(f"{p}requests_finished_total", "counter", "Requests that ran to the end.", finished)
-    metric(
-        f"{p}requests_cancelled_total",
-        "counter",
-        "Requests whose client disconnected before the end (slot and KV freed at once).",
-        [("", stats.cancelled)],
-    )
-    reasons = sorted(set(REJECT_REASONS) | set(stats.rejected))
-    metric(
-        f"{p}requests_rejected_total",
-        "counter",
-        "Requests refused, by reason.",
-        [(f'{{reason="{_label(r)}"}}', stats.rejected[r]) for r in reasons],
-    )
-    metric(
-        f"{p}faults_injected_total",
-        "counter",
-        "Injected faults, by kind.",
-        [(f'{{kind="{_label(k)}"}}', n) for k, n in sorted(stats.faults.items())],
-    )
-    metric(
-        f"{p}prompt_tokens_total",
-        "counter",
-        "Prompt tokens of admitted requests.",
-        [("", stats.prompt_tokens)],
-    )
-    metric(
-        f"{p}generation_tokens_total",
-        "counter",
-        "Generated tokens.",
-        [("", stats.generation_tokens)],
-    )
-    metric(f"{p}sse_events_total", "counter", "SSE events written.", [("", stats.events)])
-    metric(
-        f"{p}tool_calls_total",
-        "counter",
-        "Chat answers that are tool calls.",
-        [("", stats.tool_calls)],
-    )
-    metric(f"{p}engine_steps_total", "counter", "Engine steps.", [("", stats.steps)])
-    metric(
-        f"{p}engine_lag_seconds_total",
-        "counter",
-        "Time the engine ran behind its virtual schedule (CPU saturated).",
-        [("", stats.lag_seconds)],
-    )
-
-    cache = engine.cache
-    hit_rate: list[tuple[str, float]] = []
-    if cache is not None:
-        if cache.queries:
-            hit_rate = [("", cache.hits / cache.queries)]
-        metric(
-            f"{p}prefix_cache_queries_total",
-            "counter",
-            "Prompt tokens of admitted requests looked up in the prefix cache.",
-            [("", cache.queries)],
-        )
-        metric(
-            f"{p}prefix_cache_hits_total",
-            "counter",
-            "Prompt tokens found in the prefix cache (no prefill needed).",
-            [("", cache.hits)],
-        )
-        metric(
-            f"{p}prefix_cache_hit_ratio",
-            "gauge",
-            "Cumulative hits / queries of the prefix cache (no sample before a query).",
-            hit_rate,
-        )
-        metric(
-            f"{p}prefix_cache_usage_ratio",
-            "gauge",
-            "Prefix cache blocks held / capacity (0..1).",
-            [("", cache.cached_blocks / cache.capacity_blocks if cache.capacity_blocks else 0.0)],
-        )
-        metric(
-            f"{p}prefix_cache_blocks",
-            "gauge",
-            "Blocks held by the prefix cache.",
-            [("", cache.cached_blocks)],
-        )
-        metric(
-            f"{p}prefix_cache_capacity_blocks",
-            "gauge",
-            "Prefix cache capacity in blocks.",
-            [("", cache.capacity_blocks)],
-        )
-        metric(
-            f"{p}prefix_cache_evicted_blocks_total",
-            "counter",
-            "Blocks evicted from the prefix cache (least recently used).",
-            [("", cache.evicted_blocks)],
-        )
-
-    model = f'{{model_name="{_label(model_name)}"}}'
-    metric(
-        "vllm:num_requests_running",
-        "gauge",
-        "Alias of llmload_sim_requests_running.",
-        [(model, engine.num_running)],
-    )
-    metric(
-        "vllm:num_requests_waiting",
-        "gauge",
-        "Alias of llmload_sim_requests_waiting.",
-        [(model, engine.num_waiting)],
-    )
-    metric(
-        "vllm:kv_cache_usage_perc",
-        "gauge",
-        "Alias of llmload_sim_kv_cache_usage_ratio.",
-        [(model, ratio)],
-    )
-    metric(
-        "vllm:gpu_cache_usage_perc",
-        "gauge",
-        "Alias of llmload_sim_kv_cache_usage_ratio.",
-        [(model, ratio)],
-    )
-    metric(
-        "vllm:prompt_tokens_total",
-        "counter",
-        "Alias of llmload_sim_prompt_tokens_total.",
-        [(model, stats.prompt_tokens)],
-    )
-    metric(
-        "vllm:generation_tokens_total",
-        "counter",
-        "Alias of llmload_sim_generation_tokens_total.",
-        [(model, stats.generation_tokens)],
-    )
-    success = [
-        (f'{{model_name="{_label(model_name)}",finished_reason="{r}"}}', stats.finished[r])
-        for r in FINISH_REASONS
-    ]
-    metric(
-        "vllm:request_success_total",
-        "counter",
-        "Alias of llmload_sim_requests_finished_total.",
-        success,
-    )
-    if cache is not None:
-        metric(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Alias of llmload_sim_prefix_cache_queries_total.",
-            [(model, cache.queries)],
-        )
-        metric(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Alias of llmload_sim_prefix_cache_hits_total.",
-            [(model, cache.hits)],
-        )
-        metric(
-            "vllm:gpu_prefix_cache_hit_rate",
-            "gauge",
-            "Alias of llmload_sim_prefix_cache_hit_ratio.",
-            [(model, v) for _, v in hit_rate],
-        )
-    return "\n".join(lines) + "\n"
-
-
-def parse_text(text: str) -> dict[str, float]:
-    """Parse Prometheus text into {"name{labels}": value} (for tests and the benchmark)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        out[key] = float(value)
-    return out
+    """Prometheus text exposition format 0.0.4, written by prometheus_client."""
+    return generate_latest(SimCollector(stats, engine, model_name)).decode()

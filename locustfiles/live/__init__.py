@@ -6,6 +6,7 @@ from __future__ import annotations
 from locustfiles import public_face
 
 __all__ = [
+    "Board",
     "LiveStats",
     "Recorder",
     "Sketch",
@@ -15,6 +16,7 @@ __all__ = [
 __getattr__ = public_face(
     __name__,
     {
+        "Board": "board",
         "LiveStats": "stats",
         "Recorder": "stats",
         "Sketch": "sketch",

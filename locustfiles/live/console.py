@@ -20,12 +20,13 @@ from typing import Any, TextIO
 
 import gevent
 
+from locustfiles.live.board import Board
 from locustfiles.live.sketch import RELATIVE_ACCURACY
+from locustfiles.run.protocol import COLD_STEP
 
 log = logging.getLogger("llmload.console")
 
 STEP_LINE_DELAY_S = 4.0  # > Locust's worker report interval (3 s)
-COLD_STEP = -1  # the Staircase's cold phase (locustfiles/master/staircase.py)
 
 
 def _ms(seconds: Any) -> str:
@@ -75,12 +76,12 @@ class StepConsole:
 
     def __init__(
         self,
-        environment: Any,
+        board: Board,
         stream: TextIO | None = None,
         delay_s: float = STEP_LINE_DELAY_S,
         spawn_later: Callable[..., Any] = gevent.spawn_later,
     ) -> None:
-        self.environment = environment
+        self.board = board
         self.stream = stream
         self.delay_s = delay_s
         self._spawn_later = spawn_later
@@ -99,17 +100,15 @@ class StepConsole:
 
     def flush(self) -> None:
         """End of run (after the coordinator's finish): every pending step, then the last one."""
-        coordinator = getattr(self.environment, "llmload_coordinator", None)
         while self._pending:
             self._print(self._pending.pop(0))
-        current = getattr(coordinator, "current", None)
+        current = getattr(self.board.run, "current", None)
         if current is not None:
             self._print(int(current["step"]))
 
     def _print(self, step: int) -> None:
-        coordinator = getattr(self.environment, "llmload_coordinator", None)
-        key = (getattr(coordinator, "run_id", None), step)
-        live = getattr(self.environment, "llmload_live", None)
+        key = (self.board.run_id, step)
+        live = self.board.stats
         if live is None or key in self._printed:
             return
         self._printed.add(key)
@@ -121,8 +120,7 @@ class StepConsole:
             return
         if row is None:
             return
-        target = getattr(getattr(coordinator, "manifest", None), "target", None) or {}
-        line = step_line(row, accuracy=accuracy, simulated=bool(target.get("simulated")))
+        line = step_line(row, accuracy=accuracy, simulated=self.board.simulated())
         stream = self.stream if self.stream is not None else sys.stdout
         print(line, file=stream, flush=True)
 
@@ -136,10 +134,9 @@ def _summary(live: Any, step: int) -> dict[str, Any] | None:
     return row
 
 
-def register(environment: Any) -> StepConsole:
-    """Headless master: print step lines (the coordinator calls `llmload_step_ended`)."""
-    console = StepConsole(environment)
-    environment.llmload_step_ended = [*getattr(environment, "llmload_step_ended", []),
-                                      console.step_ended]  # fmt: skip
+def register(environment: Any, board: Board) -> StepConsole:
+    """Headless master: print step lines (the master ends steps on the board)."""
+    console = StepConsole(board)
+    board.step_ended.append(console.step_ended)
     environment.events.test_stop.add_listener(lambda **_: console.flush())
     return console

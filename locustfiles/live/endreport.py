@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.storage import join_uri
+from locustfiles.live.board import Board
 
 log = logging.getLogger("llmload.endreport")
 
@@ -101,16 +102,44 @@ def new_job(coordinator: Any, report_dir: str, per_run: bool) -> ReportJob:
     return ReportJob(run_id, run_uri, out)
 
 
-def _finished_coordinator(environment: Any) -> Any:
-    coordinator = getattr(environment, "llmload_coordinator", None)
-    if coordinator is None or coordinator.finished_at is None:
+class Reports:
+    """The reports built on this master, by run id (the web UI serves them)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, ReportJob] = {}
+        self.latest: str | None = None
+
+    def get(self, run_id: str | None = None) -> ReportJob | None:
+        """The report of `run_id`, or of the latest run (None: no report yet)."""
+        return self.jobs.get(run_id or self.latest or "")
+
+    def add(self, job: ReportJob) -> None:
+        self.jobs[job.run_id] = job
+        self.latest = job.run_id
+
+    def stop_building(self) -> None:
+        """The master is quitting: end a report build still running (never leave it behind)."""
+        for job in self.jobs.values():
+            proc = job.proc
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+
+
+def _finished_run(board: Board) -> Any:
+    run = board.run
+    if run is None or run.finished_at is None:
         return None  # the run never began (bad options), or its finish did not run
-    return coordinator
+    return run
 
 
-def on_run_end_headless(environment: Any) -> ReportJob | None:
+def on_run_end_headless(board: Board) -> ReportJob | None:
     """Headless: print the command; with --report-dir build the report now, before exiting."""
-    coordinator = _finished_coordinator(environment)
+    coordinator = _finished_run(board)
     if coordinator is None:
         return None
     job = new_job(coordinator, coordinator.options.report_dir, per_run=False)
@@ -126,39 +155,24 @@ def on_run_end_headless(environment: Any) -> ReportJob | None:
     return job
 
 
-def on_run_end_web(environment: Any) -> ReportJob | None:
+def on_run_end_web(board: Board, reports: Reports) -> ReportJob | None:
     """Web UI: build the report in the background; /llmload/report serves its status, then it."""
     import gevent
 
-    coordinator = _finished_coordinator(environment)
+    coordinator = _finished_run(board)
     if coordinator is None:
         return None
     job = new_job(coordinator, coordinator.options.report_dir, per_run=True)
-    reports: dict[str, ReportJob] = getattr(environment, "llmload_reports", {})
-    reports[job.run_id] = job
-    environment.llmload_reports = reports
-    environment.llmload_report_latest = job.run_id
+    reports.add(job)
     job.status = "building"
     gevent.spawn(job.run)
     return job
 
 
-def register(environment: Any) -> None:
-    """Master: after the coordinator's finish (register after chat.py's test_stop listener)."""
-    web = getattr(environment, "web_ui", None) is not None
-    handler = on_run_end_web if web else on_run_end_headless
-    environment.events.test_stop.add_listener(lambda **_: handler(environment))
-    environment.events.quitting.add_listener(lambda **_: stop_building(environment))
-
-
-def stop_building(environment: Any) -> None:
-    """The master is quitting: end a report build still running (never leave it behind)."""
-    for job in (getattr(environment, "llmload_reports", None) or {}).values():
-        proc = job.proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+def register(environment: Any, board: Board, reports: Reports) -> None:
+    """Master: after the run's finish (register after chat.py's test_stop listener)."""
+    if getattr(environment, "web_ui", None) is not None:
+        environment.events.test_stop.add_listener(lambda **_: on_run_end_web(board, reports))
+    else:
+        environment.events.test_stop.add_listener(lambda **_: on_run_end_headless(board))
+    environment.events.quitting.add_listener(lambda **_: reports.stop_building())

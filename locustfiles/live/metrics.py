@@ -30,8 +30,9 @@ from prometheus_client.core import (
     Metric,
 )
 
-if TYPE_CHECKING:  # live.py registers this module's endpoint: no import back at run time
-    from locustfiles.live.stats import GroupKey, LiveStats
+if TYPE_CHECKING:
+    from locustfiles.live.groups import GroupKey
+    from locustfiles.live.stats import LiveStats
 
 PATH = "/llmload/metrics"
 BUCKETS: tuple[float, ...] = (

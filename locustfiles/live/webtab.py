@@ -3,7 +3,7 @@
 Through Locust's supported extension points (locust/web.py, examples/extend_web_ui.py):
 - `template_args["extended_tabs"]` / `["extended_tables"]`: a tab "LLM" showing one table;
 - `extended_stats` added to `/stats/requests` (a Flask `after_request`), which the UI polls
-  every 2 s while a run goes: the table's rows, from `environment.llmload_live.snapshot()`;
+  every 2 s while a run goes: the table's rows, from the board's `stats.snapshot()`;
 - `template_args["extended_csv_files"]`: links on the "Download Data" tab.
 Locust's extended tables show plain text only (no links, no charts), so the tab's last row
 names the two pages served here, which the "Download Data" tab links to:
@@ -19,6 +19,8 @@ import html
 import json
 from typing import Any
 
+from locustfiles.live.board import Board
+from locustfiles.live.endreport import Reports
 from locustfiles.live.page import PAGE
 
 TAB_KEY = "llmload"
@@ -113,47 +115,34 @@ def tab_rows(snapshot: dict[str, Any] | None, about: str) -> list[dict[str, str]
     return [*rows, _blank("about", failures=about)]
 
 
-def _report_job(environment: Any, run_id: str | None = None) -> Any:
-    reports = getattr(environment, "llmload_reports", {})
-    return reports.get(run_id or getattr(environment, "llmload_report_latest", None) or "")
-
-
-def _simulated(environment: Any) -> bool:
-    coordinator = getattr(environment, "llmload_coordinator", None)
-    target = getattr(getattr(coordinator, "manifest", None), "target", None) or {}
-    return bool(target.get("simulated"))
-
-
-def _about(environment: Any, snapshot: dict[str, Any] | None) -> str:
+def _about(board: Board, reports: Reports, snapshot: dict[str, Any] | None) -> str:
     parts = []
-    if _simulated(environment):
+    if board.simulated():
         parts.append("SIMULATED target: not inference performance")
     if snapshot is not None:
         acc = snapshot.get("relative_accuracy")
         acc_text = f"±{acc * 100:g}%" if acc is not None else "approximate"
         parts.append(f"live sketch {acc_text}, exact figures in the report")
-    job = _report_job(environment)
+    job = reports.get()
     report = "built when the run stops" if job is None else job.status
     parts.append(f"charts: /llmload/live; report ({report}): /llmload/report (Download Data tab)")
     return "; ".join(parts)
 
 
-def _snapshot(environment: Any) -> dict[str, Any] | None:
-    live = getattr(environment, "llmload_live", None)
-    if live is None:
+def _snapshot(board: Board) -> dict[str, Any] | None:
+    if board.stats is None:
         return None
-    snap: dict[str, Any] = live.snapshot()
-    return snap
+    return board.stats.snapshot()
 
 
-def live_payload(environment: Any) -> dict[str, Any]:
+def live_payload(board: Board, reports: Reports) -> dict[str, Any]:
     """What /llmload/live.json serves: the snapshot, the report's status, the simulated flag."""
-    job = _report_job(environment)
-    snap = _snapshot(environment)
+    job = reports.get()
+    snap = _snapshot(board)
     return {
         "live": snap is not None,
         "snapshot": snap,
-        "simulated": _simulated(environment),
+        "simulated": board.simulated(),
         "report": job.to_dict() if job is not None else None,
     }
 
@@ -167,7 +156,7 @@ def _status_page(title: str, body: str, refresh: bool) -> str:
     )
 
 
-def register(environment: Any) -> None:
+def register(environment: Any, board: Board, reports: Reports) -> None:
     """Add the LLM tab, /llmload/live(.json) and /llmload/report to the master's web UI."""
     from flask import Blueprint, Response, jsonify, request, send_from_directory
 
@@ -188,9 +177,9 @@ def register(environment: Any) -> None:
     def _extend_stats(response: Response) -> Response:
         if not request.path.endswith("/stats/requests") or response.status_code != 200:
             return response
-        snap = _snapshot(environment)
+        snap = _snapshot(board)
         data = response.get_json(silent=True) or {}
-        rows = tab_rows(snap, _about(environment, snap))
+        rows = tab_rows(snap, _about(board, reports, snap))
         data["extended_stats"] = [{"key": TAB_KEY, "data": rows}]
         response.set_data(json.dumps(data))
         return response
@@ -203,12 +192,12 @@ def register(environment: Any) -> None:
     @pages.route("/live.json")
     @auth
     def live_json() -> Response:
-        return jsonify(live_payload(environment))
+        return jsonify(live_payload(board, reports))
 
     @pages.route("/report")
     @auth
     def report() -> Any:
-        job = _report_job(environment, request.args.get("run"))
+        job = reports.get(request.args.get("run"))
         if job is None:
             body = "<p>No report yet: it is built when a run stops.</p>"
             return Response(_status_page("llmload report", body, True), 404, mimetype="text/html")
@@ -233,13 +222,13 @@ def register(environment: Any) -> None:
     @pages.route("/report/status")
     @auth
     def report_status() -> Response:
-        job = _report_job(environment, request.args.get("run"))
+        job = reports.get(request.args.get("run"))
         return jsonify(job.to_dict() if job is not None else {"status": "none"})
 
     @pages.route("/report/files/<path:name>")
     @auth
     def report_file(name: str) -> Any:
-        job = _report_job(environment, request.args.get("run"))
+        job = reports.get(request.args.get("run"))
         if job is None or job.status != "done":
             return Response("no report yet", 404)
         return send_from_directory(job.out_dir.resolve(), name)  # refuses paths outside it

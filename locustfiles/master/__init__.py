@@ -6,11 +6,11 @@ from __future__ import annotations
 from locustfiles import public_face
 
 __all__ = [
+    "MasterSide",
     "RunCoordinator",
     "ServerMetricsScraper",
     "Staircase",
     "StepShape",
-    "begin_run",
     "plan_for",
     "preflight",
 ]
@@ -18,11 +18,11 @@ __all__ = [
 __getattr__ = public_face(
     __name__,
     {
+        "MasterSide": "side",
         "RunCoordinator": "coordinator",
         "ServerMetricsScraper": "server_metrics",
         "Staircase": "staircase",
         "StepShape": "shape",
-        "begin_run": "coordinator",
         "plan_for": "search",
         "preflight": "preflight",
     },

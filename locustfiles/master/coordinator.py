@@ -23,17 +23,20 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import gevent
 import gevent.event
-import requests
 
 from analysis.storage import ObjectStore, open_store
+from locustfiles.live.board import Board
 from locustfiles.master.search import plan_for
 from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
 from locustfiles.master.staircase import Staircase
+from locustfiles.request.client import new_pool
+from locustfiles.request.exchange import Reply
 from locustfiles.run.manifest import (
     ProbeRecord,
     RunManifest,
@@ -42,6 +45,7 @@ from locustfiles.run.manifest import (
     write_manifest,
 )
 from locustfiles.run.options import ChatOptions
+from locustfiles.run.probe import send_probe
 from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET, MSG_FINISH, MSG_STEP
 
 log = logging.getLogger("llmload.master")
@@ -71,51 +75,50 @@ def probe_target(
     info: dict[str, Any] = {"url": host, "model": None, "simulated": False,
                             "server_version": None, "server_header": None}  # fmt: skip
     base = host.rstrip("/")
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     noted = probes if probes is not None else []
+    pool = new_pool()
 
-    def get(path: str, purpose: str) -> requests.Response:
-        rid = "probe-" + uuid.uuid4().hex
-        try:
-            resp = requests.get(f"{base}{path}", headers={"X-Request-Id": rid, **auth},
-                                timeout=timeout, allow_redirects=False)  # fmt: skip
-        except requests.RequestException as exc:
-            kind = "connect error: " if isinstance(exc, requests.ConnectionError) else ""
-            noted.append(
-                ProbeRecord(rid, purpose, None, f"{kind}{type(exc).__name__}: {exc}"[:200])
-            )
-            raise
-        outcome = "ok" if resp.status_code == 200 else f"http {resp.status_code}"
-        noted.append(ProbeRecord(rid, purpose, resp.status_code, outcome))
-        return resp
+    def get(path: str, purpose: str) -> Reply:
+        sent = send_probe(pool, purpose, "GET", base + path, api_key=api_key, timeout=timeout)
+        noted.append(sent.record)
+        return sent.reply
 
     try:
-        resp = get("/v1/models", "target_models")
-        info["server_header"] = resp.headers.get("server")
-        if resp.headers.get("x-llmload-simulated", "").lower() == "true":
+        models = get("/v1/models", "target_models")
+        info["server_header"] = models.headers.get("server")  # none without an answer
+        if models.headers.get("x-llmload-simulated", "").lower() == "true":
             info["simulated"] = True
-        data = resp.json().get("data") or []
-        if data:
+        doc = models.json()
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            log.warning("llmload: could not list models at %s/v1/models", base)
+        elif isinstance(data, list) and data and isinstance(data[0], dict):
             info["model"] = data[0].get("id")
-    except (requests.RequestException, ValueError, AttributeError):
-        log.warning("llmload: could not list models at %s/v1/models", base)
-    try:
-        resp = get("/version", "target_version")
-        if resp.ok:
-            body = resp.json()
-            info["server_version"] = str(body.get("version")) if isinstance(body, dict) else None
-            if isinstance(body, dict) and body.get("simulated"):
+        version = get("/version", "target_version")
+        body = version.json()
+        if version.status is not None and version.status < 400 and isinstance(body, dict):
+            info["server_version"] = str(body.get("version"))
+            if body.get("simulated"):
                 info["simulated"] = True
-    except (requests.RequestException, ValueError):
-        pass
+    finally:
+        pool.clear()
     return info
 
 
 class RunCoordinator:
     """One per run on the master (or the local runner)."""
 
-    def __init__(self, environment: Any, options: ChatOptions, run_id: str) -> None:
+    def __init__(
+        self,
+        environment: Any,
+        options: ChatOptions,
+        run_id: str,
+        board: Board | None = None,
+        local_in_flight: Callable[[], int] | None = None,
+    ) -> None:
         self.environment = environment
+        self.board = board if board is not None else Board()  # what the live views read
+        self.local_in_flight = local_in_flight  # one process: its dispatcher's requests
         self.options = options
         self.run_id = run_id
         self.store: ObjectStore = open_store(options.events_uri)
@@ -197,8 +200,7 @@ class RunCoordinator:
                   entry: dict[str, Any] | None = None) -> None:  # fmt: skip
         ended = self.current
         if ended is not None:  # e.g. the console's step line (locustfiles/live/console.py)
-            for listener in getattr(self.environment, "llmload_step_ended", ()):
-                listener(ended)
+            self.board.end_step(ended)
         self.current = {
             "step": step,
             "concurrency": concurrency,
@@ -236,10 +238,8 @@ class RunCoordinator:
 
     def _in_flight(self) -> int | None:
         """Open-loop requests still in flight during a pause (None: not every worker said)."""
-        ctx = getattr(self.environment, "llmload_worker", None)
         if not self.distributed:  # one process: ask its dispatcher
-            dispatcher = getattr(ctx, "dispatcher", None)
-            return len(dispatcher.requests) if dispatcher is not None else 0
+            return self.local_in_flight() if self.local_in_flight is not None else 0
         total = 0
         for client in self._sharing_clients():
             pause_id, n = self._in_flight_reports.get(client, (-1, -1))
@@ -260,7 +260,7 @@ class RunCoordinator:
 
     def _step_stats(self, step: int | None) -> tuple[Any, int]:
         """A step's live statistics (what the search judges) and its finished requests."""
-        live = getattr(self.environment, "llmload_live", None)
+        live = self.board.stats
         if live is None or step is None:
             return None, 0
         live.step_summary(step)  # merges what the workers reported
@@ -456,46 +456,3 @@ class RunCoordinator:
             rows_dropped=int(sink.get("dropped_rows") or 0) if sink else None,
             sink_errors=tuple(str(e) for e in errors[:SINK_ERRORS_KEPT]) if errors else (),
         )
-
-
-def choose_run_id(environment: Any, requested: str) -> str:
-    """The id of the next run in this process: `requested` (--run-id) or a new one, made
-    unique among this process's runs (a web UI started twice with one --run-id)."""
-    used: set[str] = getattr(environment, "llmload_run_ids", set())
-    run_id = requested or new_run_id()
-    return f"{run_id}-{len(used) + 1}" if run_id in used else run_id
-
-
-def begin_run(environment: Any) -> RunCoordinator | None:
-    """A new run on the master: options validated, run id chosen (and handed to workers)."""
-    from analysis.errors import UsageError
-    from locustfiles.run.options import from_parsed
-
-    environment.llmload_coordinator = None
-    try:
-        options = from_parsed(environment.parsed_options)
-    except UsageError as exc:
-        log.error("llmload: %s", exc)
-        return None
-    # the id the preflight wrote the first manifest under, else a fresh one
-    run_id = getattr(environment, "llmload_next_run_id", None) or choose_run_id(
-        environment, options.run_id
-    )
-    environment.llmload_next_run_id = None
-    used: set[str] = getattr(environment, "llmload_run_ids", set())
-    used.add(run_id)
-    environment.llmload_run_ids = used
-    environment.parsed_options.run_id = run_id  # travels to workers with the spawn message
-    coordinator = RunCoordinator(environment, options, run_id)
-    coordinator.add_probes(getattr(environment, "llmload_pending_probes", None) or [])
-    environment.llmload_pending_probes = []
-    environment.llmload_coordinator = coordinator
-    log.info("llmload: run %s -> %s", run_id, options.events_uri)
-    return coordinator
-
-
-def worker_identity() -> dict[str, Any]:
-    host = socket.gethostname()
-    safe = "".join(c if c.isalnum() or c in "-." else "-" for c in host)[:40]
-    return {"worker_id": f"{safe}-{os.getpid()}-{uuid.uuid4().hex[:4]}", "host": host,
-            "pid": os.getpid(), "started_at_ns": time.time_ns()}  # fmt: skip

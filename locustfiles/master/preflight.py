@@ -20,20 +20,18 @@ the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
-
-import requests
 
 from analysis.errors import LlmloadError, UsageError
 from analysis.storage import ObjectStore, open_store
+from locustfiles.request.client import new_pool
+from locustfiles.request.errors import root_cause
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.manifest import ProbeRecord, RunManifest, write_manifest
 from locustfiles.run.options import ChatOptions
+from locustfiles.run.probe import new_probe_id, send_probe
+from locustfiles.sink.checks import check_spool, store_reason
 from locustfiles.traffic.prompts import PromptBuilder
 
 WAIT_POLL_S = 0.5
@@ -60,45 +58,28 @@ def check_target(host: str, options: ChatOptions) -> ProbeRecord:
             "no target: give --host URL (the server's base URL, e.g. http://127.0.0.1:8000)"
         )
     url = host.rstrip("/") + "/v1/models"
-    key = options.api_key()
-    request_id = "probe-" + uuid.uuid4().hex
-    headers = {"X-Request-Id": request_id}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    request_id = new_probe_id()  # one id for every try: only the answered one is listed
     budget = options.wait_ready if options.wait_ready > 0 else options.connect_timeout
     deadline = time.monotonic() + budget
-    while True:
-        left = max(0.1, deadline - time.monotonic())
-        try:
-            resp = requests.get(url, headers=headers, timeout=min(options.connect_timeout, left),
-                                allow_redirects=False)  # fmt: skip
-            resp.close()
-            outcome = "ok" if resp.status_code == 200 else f"http {resp.status_code}"
-            return ProbeRecord(request_id, "preflight", resp.status_code, outcome)
-        except requests.RequestException as exc:
+    pool = new_pool()
+    try:
+        while True:
+            left = max(0.1, deadline - time.monotonic())
+            sent = send_probe(pool, "preflight", "GET", url, api_key=options.api_key(),
+                              timeout=min(options.connect_timeout, left),
+                              request_id=request_id)  # fmt: skip
+            error = sent.reply.error
+            if error is None:
+                return sent.record
             if options.wait_ready <= 0 or time.monotonic() + WAIT_POLL_S >= deadline:
                 waited = f" in {budget:g} s (--wait-ready)" if options.wait_ready > 0 else ""
                 raise UsageError(
-                    f"target {host} did not answer{waited} ({_reason(exc)}); start the server, "
-                    "fix --host, or give --wait-ready SECONDS for one still starting"
+                    f"target {host} did not answer{waited} ({root_cause(error)}); start the "
+                    "server, fix --host, or give --wait-ready SECONDS for one still starting"
                 ) from None
             time.sleep(WAIT_POLL_S)
-
-
-def _reason(exc: BaseException) -> str:
-    """The innermost cause of a requests failure, short: 'ConnectionRefusedError' etc."""
-    inner: BaseException = exc
-    while True:
-        nxt = inner.__cause__ or inner.__context__
-        reason = getattr(inner, "reason", None)
-        if isinstance(reason, BaseException) and reason is not inner:
-            nxt = reason
-        if nxt is None or nxt is inner:
-            break
-        inner = nxt
-    text = str(inner).split(": ", 1)[-1] if str(inner) else ""
-    name = type(inner).__name__
-    return f"{name}: {text}"[:160] if text and text != name else name
+    finally:
+        pool.clear()
 
 
 def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> ObjectStore:
@@ -110,60 +91,11 @@ def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> Object
         raise
     except (LlmloadError, OSError) as exc:
         raise UsageError(
-            f"cannot write to the events store {options.events_uri} ({_store_reason(exc)}); "
+            f"cannot write to the events store {options.events_uri} ({store_reason(exc)}); "
             "fix --events-uri, the store's endpoint or credentials, the bucket or the "
             "directory's permissions"
         ) from None
     return store
-
-
-def check_spool(options: ChatOptions) -> None:
-    """The local spool folder (every part goes through it) takes a file, or UsageError."""
-    from locustfiles.sink.eventsink import default_spool_dir
-
-    root = Path(options.spool_dir) if options.spool_dir else default_spool_dir()
-    try:
-        # writes nothing that stays: the sink makes the folder; here its nearest existing
-        # folder must be a folder that takes a file (root may read and write anywhere)
-        place = root.absolute()
-        while not place.exists() and place != place.parent:
-            place = place.parent
-        if not place.is_dir():
-            raise NotADirectoryError(f"{place} is not a folder")
-        with tempfile.NamedTemporaryFile(dir=place, prefix=".llmload-check-"):
-            pass
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write to the spool folder {root} ({_store_reason(exc)}); fix --spool-dir "
-            "(a writable local folder; default: the system temp folder) or its permissions"
-        ) from None
-
-
-def check_store_reachable(options: ChatOptions, run_id: str) -> None:
-    """A worker's view of its spool and the store: a directory it can write, or a bucket it
-    can reach."""
-    check_spool(options)
-    try:
-        store = open_store(options.events_uri)
-        root = getattr(store, "root", None)
-        if root is not None:  # a local directory (a worker's own disk): it must be writable
-            root.mkdir(parents=True, exist_ok=True)
-            if not os.access(root, os.W_OK):
-                raise PermissionError(f"{root} is not writable")
-        else:
-            store.exists(f"{run_id}/manifest.json")
-    except UsageError:
-        raise
-    except (LlmloadError, OSError) as exc:
-        raise UsageError(
-            f"cannot write to the events store {options.events_uri} ({_store_reason(exc)}); "
-            "fix --events-uri, the store's endpoint or credentials, or permissions on this host"
-        ) from None
-
-
-def _store_reason(exc: BaseException) -> str:
-    text = str(exc)
-    return (text if text else type(exc).__name__)[:200]
 
 
 def preflight(

@@ -1,10 +1,14 @@
-"""Prometheus text exposition format (0.0.4): a small parser and the engine gauges llmload reads.
+"""Prometheus text exposition format (0.0.4): the samples of a scrape and the engine gauges llmload reads.
 
     samples = parse_prometheus(text)                 # [Sample(name, labels, value), ...]
     gauges = engine_gauges(samples)                  # EngineGauges(running=3.0, ...)
 
 Pure functions, no I/O, no gevent: used by the master's scraper during a run
-(`locustfiles/master/server_metrics.py`) and by `llmload check` (`infra/check/`).
+(`locustfiles/master/server_metrics.py`), by `llmload check` (`infra/check/`) and by the
+simulator's tests. The text is read by prometheus_client's parser
+(`prometheus_client.parser.text_fd_to_metric_families`); llmload only flattens its families
+into samples, each under the name the server wrote (vLLM's `vllm:` names, a histogram's
+`_bucket`/`_sum`/`_count` series, a counter declared without `_total` as it stands).
 
 The gauges of interest have one meaning across engines, found under the first name present:
 
@@ -19,10 +23,12 @@ waiting; for KV usage the highest is kept (the fullest cache is the one that lim
 
 from __future__ import annotations
 
+import io
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from prometheus_client.parser import text_fd_to_metric_families
 
 RUNNING_NAMES: tuple[str, ...] = (
     "vllm:num_requests_running",
@@ -44,10 +50,6 @@ KV_USAGE_NAMES: tuple[str, ...] = (
 )
 """Candidate names per gauge, most specific first; all report a fraction (0..1)."""
 
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-
 
 @dataclass(frozen=True)
 class Sample:
@@ -68,45 +70,43 @@ class PrometheusFormatError(ValueError):
     """The text is not in the Prometheus exposition format."""
 
 
-def _labels(text: str, line: str) -> tuple[tuple[str, str], ...]:
-    inner = text[1:-1]
-    out = []
-    pos = 0
-    while pos < len(inner):
-        match = _LABEL.match(inner, pos)
-        if match is None:
-            if inner[pos:].strip() in ("", ","):
-                break
-            raise PrometheusFormatError(f"bad labels in {line[:120]!r}")
-        value = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], match.group(2))
-        out.append((match.group(1), value))
-        pos = match.end()
-    return tuple(sorted(out))
+class _Lines(io.StringIO):
+    """The text, line by line, remembering the line being read and the counters declared
+    without `_total` (prometheus_client renames their samples to `<name>_total`)."""
 
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.number = 0
+        self.line = ""
+        self.bare_counters: set[str] = set()
 
-def _value(text: str, line: str) -> float:
-    try:
-        return float(text)  # accepts NaN, +Inf, -Inf, 1e3
-    except ValueError:
-        raise PrometheusFormatError(f"bad sample value in {line[:120]!r}") from None
+    def __next__(self) -> str:  # type: ignore[override]  # typeshed: IOBase's says bytes
+        self.line = super().__next__()
+        self.number += 1
+        words = self.line.split() if self.line.lstrip().startswith("#") else []
+        if words[1:2] == ["TYPE"] and words[3:] == ["counter"] and not words[2].endswith("_total"):
+            self.bare_counters.add(words[2])
+        return self.line
 
 
 def parse_prometheus(text: str) -> list[Sample]:
-    """Every sample of a text exposition, in order. Comments (HELP, TYPE) are skipped.
+    """Every sample of a text exposition, in order, labels sorted; a trailing timestamp is ignored.
 
-    Raises PrometheusFormatError for a line that is neither a comment nor a sample (an HTML
-    error page, JSON): the answer is not Prometheus text at all.
+    Raises PrometheusFormatError for text prometheus_client cannot read (an HTML error page,
+    JSON): the answer is not Prometheus text at all.
     """
+    lines = _Lines(text)
     samples = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _LINE.match(line)
-        if match is None:
-            raise PrometheusFormatError(f"not a Prometheus sample: {line[:120]!r}")
-        name, labels, value = match.groups()
-        samples.append(Sample(name, _labels(labels, line) if labels else (), _value(value, line)))
+    try:
+        for family in text_fd_to_metric_families(lines):
+            bare = family.type == "counter" and family.name in lines.bare_counters
+            for s in family.samples:
+                name = s.name.removesuffix("_total") if bare else s.name
+                samples.append(Sample(name, tuple(sorted(s.labels.items())), float(s.value)))
+    except (ValueError, IndexError) as exc:  # the parser's error for a line it cannot read
+        why = f": {str(exc)[:120]}" if str(exc) else ""
+        line = lines.line.strip()[:120]
+        raise PrometheusFormatError(f"line {lines.number} {line!r}{why}") from None
     return samples
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import urllib3
 
+from analysis.layout import run_key, server_metrics_key
 from analysis.storage import ObjectStore
 from locustfiles.master.prometheus import (
     PrometheusFormatError,
@@ -48,7 +49,6 @@ DEFAULT_ALLOWLIST: tuple[str, ...] = (
 )
 """Series kept beside the gauges (exact names, or prefixes ending in `*`)."""
 
-PART_PREFIX = "server_metrics/part-"
 _MAX_VALUES = 200  # series per line at most: an allowlist like `vllm:*` must not explode
 
 
@@ -75,7 +75,7 @@ def scrape_once(
     try:
         samples = parse_prometheus(resp.data.decode("utf-8", "replace"))
     except PrometheusFormatError as exc:
-        raise _NoMetrics(str(exc)) from None
+        raise _NoMetrics(f"not Prometheus text: {exc}") from None
     gauges = engine_gauges(samples)
     if gauges.empty:
         raise _NoMetrics("no running/waiting/KV-cache gauge")
@@ -200,7 +200,7 @@ class ServerMetricsScraper:
             return
         lines, self._lines = self._lines, []
         data = "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines).encode()
-        key = f"{self.run_id}/{PART_PREFIX}{self.parts:06d}.jsonl"
+        key = run_key(self.run_id, server_metrics_key(self.parts))
         try:
             self.store.put(key, data)
             self.parts += 1

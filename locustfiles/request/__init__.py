@@ -13,10 +13,12 @@ __all__ = [
     "TokenCounter",
     "Watch",
     "events",
+    "exchange",
     "execute",
     "load_tokenizer",
     "new_pool",
     "parse_body",
+    "transport_kind",
 ]
 
 __getattr__ = public_face(
@@ -29,9 +31,11 @@ __getattr__ = public_face(
         "TokenCounter": "tokenizer",
         "Watch": "watchdog",
         "events": "sse",
+        "exchange": "exchange",
         "execute": "client",
         "load_tokenizer": "tokenizer",
         "new_pool": "client",
         "parse_body": "stream",
+        "transport_kind": "errors",
     },
 )

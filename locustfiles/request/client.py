@@ -6,7 +6,9 @@ pool (`new_pool()`; urllib3 is what requests and Locust's HttpSession run on, wi
 the end-to-end time, rather than Locust's own event, which would time only the headers.
 Body bytes are read as they arrive (`sse.events`), every read gets `perf_counter_ns()`, and
 the body is read past `[DONE]` to its real end so the connection goes back to the pool.
-Once the headers are in, deadlines are kept by the watchdog, not by socket timeouts.
+Once the headers are in, deadlines are kept by the watchdog, not by socket timeouts (a process
+without gevent, `llmload check`, gives each read a timeout instead: `Limits.read_timeout`).
+Transport failures are classified by `errors.transport_kind`, as everywhere in llmload.
 
 Failures become data on the record (error kinds of schema v1); only GreenletExit (the run
 is stopping) is re-raised, after the request is recorded as aborted.
@@ -16,19 +18,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 from gevent import GreenletExit
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    HTTPError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-)
 
+from locustfiles.request.errors import (
+    CONNECT,
+    TIMEOUT,
+    TRANSPORT,
+    TRANSPORT_ERRORS,
+    describe,
+    transport_kind,
+)
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.sse import events
 from locustfiles.request.stream import StreamFailure, StreamState, parse_body
@@ -47,6 +51,10 @@ class Limits:
     request_timeout: float | None = 600.0
     ttft_timeout: float | None = None
     stall_timeout: float | None = 60.0
+    # once the headers are in: None (the load), the watchdog keeps the deadlines above; a
+    # number, each socket read has this timeout instead (a process without gevent, such as
+    # `llmload check`, where the watchdog's greenlet would never run)
+    read_timeout: float | None = None
 
     def headers_timeout(self, stream: bool) -> float | None:
         """Socket read timeout until the response headers (then the watchdog takes over)."""
@@ -59,22 +67,16 @@ def new_pool() -> urllib3.PoolManager:
     return urllib3.PoolManager(num_pools=4, maxsize=1, block=False, retries=False)
 
 
-def request_json(
-    pool: urllib3.PoolManager,
-    method: str,
-    url: str,
-    body: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 30.0,
-) -> tuple[int, Any]:
-    """A small blocking JSON exchange (probes): (status, parsed body or None)."""
-    data = _dumps(body).encode() if body is not None else None
-    hdrs = {"Content-Type": "application/json", **(headers or {})} if data else dict(headers or {})
-    resp = pool.request(method, url, body=data, headers=hdrs, timeout=timeout, retries=False)
-    try:
-        return resp.status, json.loads(resp.data)
-    except ValueError:
-        return resp.status, None
+class Tap:
+    """What a tool (`llmload check`) asks of one request beyond its record. The load passes
+    none: a tap costs a test per request, nothing per event."""
+
+    __slots__ = ("before_cancel", "error_body", "state")
+
+    def __init__(self, before_cancel: Callable[[], None] | None = None) -> None:
+        self.before_cancel = before_cancel  # at the cancel point, before the disconnect
+        self.state: StreamState | None = None  # the stream's, once its headers are in
+        self.error_body = b""  # the start of a non-200 response's body
 
 
 def classify_status(status: int) -> str:
@@ -92,12 +94,12 @@ def classify_status(status: int) -> str:
     return "http_unexpected_status"  # 201, 204, 1xx...: not a completion
 
 
-def _error_body(resp: Any) -> str:
+def _error_body(resp: Any) -> bytes:
     try:
-        text = resp.read(2048).decode("utf-8", "replace")
-    except (HTTPError, OSError):  # the detail is best effort; the status is already recorded
-        text = ""
-    return " ".join(text.split())[:200]
+        data: bytes = resp.read(2048)
+    except TRANSPORT_ERRORS:  # the detail is best effort; the status is already recorded
+        data = b""
+    return data
 
 
 def execute(
@@ -109,6 +111,7 @@ def execute(
     limits: Limits,
     counter: TokenCounter | None = None,
     cancel_after_tokens: int | None = None,
+    tap: Tap | None = None,
 ) -> RequestRecord:
     """Send `body` to `url` and fill `record`. Never raises except GreenletExit."""
     chat = record.endpoint == "chat"
@@ -130,7 +133,11 @@ def execute(
         record.http_status = resp.status
         record.server_request_id = resp.headers.get("x-request-id")
         if resp.status != 200:
-            record.fail(classify_status(resp.status), f"HTTP {resp.status}: {_error_body(resp)}")
+            raw = _error_body(resp)
+            if tap is not None:
+                tap.error_body = raw
+            text = " ".join(raw.decode("utf-8", "replace").split())[:200]
+            record.fail(classify_status(resp.status), f"HTTP {resp.status}: {text}")
             record.end_ns = _perf_ns() - t0
             _close(resp)
             return record
@@ -142,8 +149,13 @@ def execute(
             return record
         state = StreamState(record, chat, counter)
         on_event = state.on_event
-        _set_read_timeout(resp, None)  # from here the watchdog keeps the deadlines
-        watch.start(resp)
+        if tap is not None:
+            tap.state = state
+        _set_read_timeout(resp, limits.read_timeout)
+        if limits.read_timeout is None:
+            watch.start(resp)  # from here the watchdog keeps the deadlines
+        else:
+            watch.last = _perf_ns()
         for datas, arrived in events(resp, watch):  # sets watch.last at every read
             now = arrived - t0
             if len(datas) > 1:  # events that share one read's timestamp
@@ -153,6 +165,8 @@ def execute(
             if watch.waiting_first and record.first_token_ns is not None:
                 watch.waiting_first = False
             if cancel_after_tokens is not None and sum(record.chunk_tokens) >= cancel_after_tokens:
+                if tap is not None and tap.before_cancel is not None:
+                    tap.before_cancel()
                 record.fail(
                     "cancelled",
                     f"client cancelled after {sum(record.chunk_tokens)} tokens",
@@ -200,19 +214,20 @@ def _close(resp: Any) -> None:
 
 def _failure_of(exc: Exception, responded: bool, stream: bool, limits: Limits) -> tuple[str, str]:
     """(error kind, detail) for an exception raised while sending or reading."""
-    name = type(exc).__name__
-    text = f"{name}: {str(exc)[:160]}"
     if isinstance(exc, StreamFailure):
         return exc.kind, exc.detail
-    if isinstance(exc, NewConnectionError | ConnectTimeoutError) or (
-        not responded and isinstance(exc, ConnectionRefusedError | ProtocolError)
-    ):
+    text = describe(exc)
+    kind = transport_kind(exc, responded)
+    if kind == CONNECT:
         return "connect", text
-    if isinstance(exc, ReadTimeoutError | TimeoutError):  # only waiting for headers has one
-        limit = limits.headers_timeout(stream)
+    if kind == TIMEOUT:
+        name = type(exc).__name__
+        if responded and stream and limits.read_timeout is not None:  # a read's own timeout
+            return "stall_timeout", f"no data within {limits.read_timeout} s ({name})"
+        limit = limits.headers_timeout(stream)  # else only waiting for headers has one
         kind = "ttft_timeout" if stream and limit == limits.ttft_timeout else "total_timeout"
         return kind, f"no response headers within {limit} s ({name})"
-    if isinstance(exc, HTTPError | OSError):
+    if kind == TRANSPORT:
         # the connection broke mid-response: IncompleteRead, reset, bad chunking...
         return "stream_truncated", text
     return "client_error", text  # a bug in llmload: recorded, not raised

@@ -1,17 +1,40 @@
-"""What a worker records of one request: the `requests` row plus its chunk columns."""
+"""What a worker records of one request: the `requests` row plus its chunk columns.
+
+The row's columns are the schema's (analysis.schema.REQUEST_ROW_COLUMNS): `row()` is built
+from them once, at import, as the dict display one would write out by hand (it runs once per
+request, on the request path: no loop over the schema per call). A record has a field per
+column; tests/unit/test_record_schema.py checks both against the schema and the encoder.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from analysis.schema import REQUEST_ROW_COLUMNS
 
 # Strength of a per-event token count source; a request reports its weakest.
 _SOURCE_RANK = {"usage": 2, "tokenizer": 1, "events": 0}
 
 
+def _row_method(columns: Sequence[str]) -> Callable[[Any], dict[str, Any]]:
+    """`def row(self): return {"<column>": self.<column>, ...}` for these columns."""
+    if not all(c.isidentifier() for c in columns):
+        raise ValueError(f"columns must be identifiers: {list(columns)}")
+    items = ", ".join(f"{c!r}: self.{c}" for c in columns)
+    namespace: dict[str, Any] = {}
+    exec(f"def row(self):\n    return {{{items}}}\n", namespace)  # identifiers only (above)
+    row: Callable[[Any], dict[str, Any]] = namespace["row"]
+    row.__doc__ = "The schema v1 `requests` row (run_id and worker_id: the sink fills them in)."
+    return row
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """Mutable while the request runs; `row()` gives the schema v1 `requests` row."""
+
+    row = _row_method(REQUEST_ROW_COLUMNS)  # not a field: no annotation
 
     request_id: str
     step: int
@@ -90,50 +113,3 @@ class RequestRecord:
             self.output_tokens = sum(self.chunk_tokens)
         elif self.status == "ok" and self.output_tokens_source is None and self.stream:
             self.output_tokens = 0
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "step": self.step,
-            "concurrency": self.concurrency,
-            "scenario": self.scenario,
-            "endpoint": self.endpoint,
-            "model": self.model,
-            "stream": self.stream,
-            "prompt_tokens_requested": self.prompt_tokens_requested,
-            "max_tokens": self.max_tokens,
-            "prompt_sha256": self.prompt_sha256,
-            "prompt_text": self.prompt_text,
-            "sent_at_ns": self.sent_at_ns,
-            "headers_ns": self.headers_ns,
-            "first_event_ns": self.first_event_ns,
-            "first_token_ns": self.first_token_ns,
-            "first_content_ns": self.first_content_ns,
-            "last_token_ns": self.last_token_ns,
-            "end_ns": self.end_ns,
-            "http_status": self.http_status,
-            "status": self.status,
-            "error_kind": self.error_kind,
-            "error_detail": self.error_detail,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "output_tokens": self.output_tokens,
-            "output_tokens_source": self.output_tokens_source,
-            "events": self.events,
-            "cold": self.cold,
-            "server_request_id": self.server_request_id,
-            "coalesced_events": self.coalesced_events,
-            "worker_stall_ns": self.worker_stall_ns,
-            "rate": self.rate,
-            "arrival_index": self.arrival_index,
-            "intended_ns": self.intended_ns,
-            "queued_ns": self.queued_ns,
-            "session_id": self.session_id,
-            "turn": self.turn,
-            "session_turns": self.session_turns,
-            "turn_kind": self.turn_kind,
-            "wait_ns": self.wait_ns,
-            "tool_calls": self.tool_calls,
-            "cached_tokens": self.cached_tokens,
-            "history_tokens": self.history_tokens,
-        }

@@ -10,10 +10,13 @@ __all__ = [
     "ProbeRecord",
     "RunManifest",
     "StepState",
+    "TABLE",
     "add_arguments",
+    "command_line",
     "from_parsed",
     "redact",
     "secret_values",
+    "send_probe",
     "write_manifest",
 ]
 
@@ -24,10 +27,13 @@ __getattr__ = public_face(
         "ProbeRecord": "manifest",
         "RunManifest": "manifest",
         "StepState": "protocol",
-        "add_arguments": "options",
+        "TABLE": "table",
+        "add_arguments": "table",
+        "command_line": "table",
         "from_parsed": "options",
         "redact": "secrets",
         "secret_values": "secrets",
+        "send_probe": "probe",
         "write_manifest": "manifest",
     },
 )

@@ -28,7 +28,8 @@ from importlib import metadata
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from analysis.schema import MANIFEST_NAME, SCHEMA_VERSION
+from analysis.layout import MANIFEST_NAME, run_key
+from analysis.schema import SCHEMA_VERSION
 from analysis.storage import ObjectStore
 from locustfiles.run.secrets import is_secret_name, names_env_var, redact, secret_values
 
@@ -96,7 +97,7 @@ class ProbeRecord:
     """A request llmload sent to the target outside the load (no request row): a probe.
 
     `outcome` is "ok" or what went wrong ("http 422", "connect error: ..."); `worker_id` is
-    None for the master's own probes.
+    None for the master's own probes. Sent and recorded by `locustfiles.run.probe`.
     """
 
     request_id: str
@@ -176,7 +177,7 @@ def write_manifest(
     secrets = secret_values(os.environ if environ is None else environ)
     doc = manifest.to_dict(secrets)
     data = json.dumps(doc, indent=1, default=str).encode() + b"\n"
-    store.put(f"{manifest.run_id}/{MANIFEST_NAME}", data, overwrite=True)
+    store.put(run_key(manifest.run_id, MANIFEST_NAME), data, overwrite=True)
     return doc
 
 

@@ -26,6 +26,7 @@ from analysis.schema import (
     CHUNKS_SCHEMA,
     ERROR_KINDS,
     REQUESTS_SCHEMA,
+    SINK_COLUMNS,
     STATUSES,
     TABLES,
     TOKEN_SOURCES,
@@ -45,6 +46,8 @@ _ENUMS: dict[str, Mapping[str, tuple[str, ...]]] = {
     "chunks": {"kind": CHUNK_KINDS},
 }
 _REQUEST_NAMES = frozenset(REQUESTS_SCHEMA.names)
+_CHUNK_FIELDS = [f for f in CHUNKS_SCHEMA if f.name not in SINK_COLUMNS]
+"""The chunk columns after the sink's keys: request_id, seq, offset_ns, tokens, chars, kind."""
 
 ChunkBatch = tuple[str, Sequence[int], Sequence[int], Sequence[int], "str | Sequence[str]"]
 """One request's chunk rows, column-wise: (request_id, offset_ns, tokens, chars, kind)."""
@@ -230,19 +233,10 @@ def _chunk_table(part: Sequence[ChunkBatch], ctx: EncodeContext) -> pa.Table:
         chars += ch
         kinds += [kind] * n if isinstance(kind, str) else kind
     n_rows = len(offsets)
-    return pa.Table.from_arrays(
-        [
-            _constant(ctx.run_id, n_rows),
-            _constant(ctx.worker_id, n_rows),
-            pa.array(request_ids, pa.string()),
-            pa.array(seqs, pa.int32()),
-            pa.array(offsets, pa.int64()),
-            pa.array(tokens, pa.int32()),
-            pa.array(chars, pa.int32()),
-            pa.array(kinds, pa.string()),
-        ],
-        schema=CHUNKS_SCHEMA,
-    )
+    keys = [_constant(ctx.run_id, n_rows), _constant(ctx.worker_id, n_rows)]
+    values = (request_ids, seqs, offsets, tokens, chars, kinds)  # _CHUNK_FIELDS' order
+    arrays = [pa.array(v, f.type) for v, f in zip(values, _CHUNK_FIELDS, strict=True)]
+    return pa.Table.from_arrays([*keys, *arrays], schema=CHUNKS_SCHEMA)
 
 
 def _fill_keys(table: pa.Table, ctx: EncodeContext, result: EncodeResult, name: str) -> pa.Table:

@@ -27,11 +27,13 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from analysis.layout import WorkerIndex, index_key, table_of
+from analysis.schema import SCHEMA_VERSION
 from analysis.storage import FileStore, ObjectStore, StorageError
 from locustfiles.run.secrets import redact
 from locustfiles.sink.encode import EncodeContext, EncodeResult
 from locustfiles.sink.runtime import Runtime, Waitable
-from locustfiles.sink.spool import PartCollisionError, Spool, WorkerIndex, put_index, upload_part
+from locustfiles.sink.spool import PartCollisionError, Spool, put_index, upload_part
 
 log = logging.getLogger("llmload.sink")
 
@@ -406,7 +408,7 @@ class SinkPipeline:
             self._pending.remove(key)
             self._parts += 1
             self._bytes += len(data)
-            table = key.split("/", 1)[0]
+            table = table_of(key)
             self._rows[table] = self._rows.get(table, 0) + self._index.parts.get(key, 0)
         if self._index_dirty:
             try:
@@ -433,8 +435,8 @@ class SinkPipeline:
             self._index.merge(snapshot)
             self._index_merged = True
         else:
-            key = self._spool.store_key(f"index/worker={self._index.worker_id}.json")
-            self._store_io(lambda: store.put(key, snapshot.to_json(), overwrite=True))
+            key = self._spool.store_key(index_key(self._index.worker_id))
+            self._store_io(lambda: store.put(key, snapshot.to_json(SCHEMA_VERSION), overwrite=True))
         self._index_dirty = False
         if self._index.final and not self._pending and not self._unspooled:
             self._rt.run_blocking(self._spool.cleanup)

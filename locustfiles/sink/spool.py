@@ -3,7 +3,7 @@
 A worker's sink writes every part to the spool (fsync, then rename) before it uploads it,
 and deletes it only after the store accepted it; a part is never lost to a store outage or a
 worker crash. The spool mirrors the store's keys (docs/events.md), so one spool directory
-can hold many runs and workers:
+can hold many runs and workers (keys: analysis/layout.py):
 
     <spool>/<run_id>/requests/worker=<worker_id>/part-000000.parquet   ready to upload
     <spool>/<run_id>/chunks/worker=<worker_id>/part-000000.parquet
@@ -34,65 +34,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.schema import SCHEMA_VERSION, TABLES, part_key
+from analysis.layout import (
+    INDEX_FOLDER,
+    TABLE_NAMES,
+    WorkerIndex,
+    index_key,
+    parse_part_key,
+    part_key,
+    run_key,
+    worker_folder,
+    worker_name,
+    worker_of,
+)
+from analysis.schema import SCHEMA_VERSION
 from analysis.storage import ObjectExistsError, ObjectMissingError, ObjectStore, StorageError
 
 log = logging.getLogger("llmload.spool")
 
 PARQUET_COMPRESSION = "zstd"
 _TMP_PREFIX = ".tmp-"
-
-
-def index_key(worker_id: str) -> str:
-    """Key of a worker's index, relative to `<prefix>/<run_id>/`."""
-    return f"index/worker={worker_id}.json"
-
-
-@dataclass
-class WorkerIndex:
-    """`index/worker=<id>.json`: the parts a worker sealed and their row counts."""
-
-    run_id: str
-    worker_id: str
-    parts: dict[str, int] = field(default_factory=dict)  # key relative to the run → rows
-    final: bool = False
-
-    def rows(self) -> dict[str, int]:
-        totals = dict.fromkeys(TABLES, 0)
-        for key, rows in self.parts.items():
-            table = key.split("/", 1)[0]
-            if table in totals:
-                totals[table] += rows
-        return totals
-
-    def to_json(self) -> bytes:
-        doc = {
-            "schema_version": SCHEMA_VERSION,
-            "run_id": self.run_id,
-            "worker_id": self.worker_id,
-            "final": self.final,
-            "parts": dict(sorted(self.parts.items())),
-            "rows": self.rows(),
-        }
-        return json.dumps(doc, indent=1).encode() + b"\n"
-
-    @classmethod
-    def from_json(cls, data: bytes) -> WorkerIndex:
-        doc = json.loads(data)
-        return cls(
-            run_id=str(doc["run_id"]),
-            worker_id=str(doc["worker_id"]),
-            parts={str(k): int(v) for k, v in doc.get("parts", {}).items()},
-            final=bool(doc.get("final", False)),
-        )
-
-    def merge(self, other: WorkerIndex) -> None:
-        """Add the parts `other` names; on a row-count disagreement this index's count wins."""
-        for key, rows in other.parts.items():
-            mine = self.parts.setdefault(key, rows)
-            if mine != rows:
-                log.warning("index row counts disagree for %s: %d vs %d", key, mine, rows)
-        self.final = self.final or other.final
 
 
 def _fsync_dir(path: Path) -> None:
@@ -142,7 +102,7 @@ class Spool:
 
     def store_key(self, key: str) -> str:
         """The object key (relative to the events URI) of a run-relative key."""
-        return f"{self.run_id}/{key}"
+        return run_key(self.run_id, key)
 
     # -- parts ---------------------------------------------------------------------------
 
@@ -160,28 +120,21 @@ class Spool:
     def pending(self) -> list[str]:
         """Keys of this worker's parts still waiting in the spool, in upload order."""
         keys = []
-        for table in TABLES:
-            folder = self.run_dir / table / f"worker={self.worker_id}"
-            if folder.is_dir():
-                keys += [
-                    f"{table}/worker={self.worker_id}/{p.name}"
-                    for p in folder.iterdir()
-                    if p.name.startswith("part-") and p.name.endswith(".parquet")
-                ]
+        for table in TABLE_NAMES:
+            folder = worker_folder(table, self.worker_id)
+            if (self.run_dir / folder).is_dir():
+                found = (f"{folder}/{p.name}" for p in (self.run_dir / folder).iterdir())
+                keys += [k for k in found if parse_part_key(k) is not None]
         return sorted(keys, key=lambda k: (k.rsplit("/", 1)[-1], k))
 
     def next_seq(self) -> dict[str, int]:
         """First unused sequence number per table (after parts in the spool or its index)."""
         index = self.load_index()
-        seqs = dict.fromkeys(TABLES, 0)
+        seqs = dict.fromkeys(TABLE_NAMES, 0)
         for key in [*index.parts, *self.pending()]:
-            table, _, name = key.partition("/")
-            try:
-                seq = int(name.rsplit("part-", 1)[1].split(".", 1)[0])
-            except (IndexError, ValueError):
-                continue
-            if table in seqs:
-                seqs[table] = max(seqs[table], seq + 1)
+            part = parse_part_key(key)
+            if part is not None:
+                seqs[part.table] = max(seqs[part.table], part.seq + 1)
         return seqs
 
     def read(self, key: str) -> bytes:
@@ -206,12 +159,12 @@ class Spool:
             return WorkerIndex(self.run_id, self.worker_id)
 
     def save_index(self, index: WorkerIndex) -> None:
-        data = index.to_json()
+        data = index.to_json(SCHEMA_VERSION)
         _write_atomic(self.index_path, lambda fh: fh.write(data))
 
     @property
     def owner_path(self) -> Path:
-        return self.run_dir / ".owner" / f"worker={self.worker_id}.json"
+        return self.run_dir / ".owner" / f"{worker_name(self.worker_id)}.json"
 
     def claim(self) -> None:
         """Mark this spool as owned by the live process (upload-spool leaves it alone)."""
@@ -246,12 +199,12 @@ class Spool:
             return
         self.index_path.unlink(missing_ok=True)
         self.release()
-        folders = [self.run_dir / t / f"worker={self.worker_id}" for t in TABLES]
+        folders = [self.run_dir / worker_folder(t, self.worker_id) for t in TABLE_NAMES]
         for folder in folders:  # writes a killed process left half done
             for tmp in folder.glob(f"{_TMP_PREFIX}*") if folder.is_dir() else ():
                 tmp.unlink(missing_ok=True)
-        folders += [self.run_dir / t for t in TABLES]
-        folders += [self.run_dir / "index", self.owner_path.parent, self.run_dir]
+        folders += [self.run_dir / t for t in TABLE_NAMES]
+        folders += [self.run_dir / INDEX_FOLDER, self.owner_path.parent, self.run_dir]
         for folder in folders:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty: other workers' files stay
@@ -292,12 +245,15 @@ def put_index(store: ObjectStore, spool: Spool, index: WorkerIndex) -> None:
     """Write the worker's index to the store, merged with what the store already has."""
     key = spool.store_key(index_key(spool.worker_id))
     try:
-        index.merge(WorkerIndex.from_json(store.get(key)))
+        disagree = index.merge(WorkerIndex.from_json(store.get(key)))
     except ObjectMissingError:
         pass
     except ValueError as exc:
         log.warning("index %s in %s is not valid JSON (%s); replacing it", key, store.uri, exc)
-    store.put(key, index.to_json(), overwrite=True)
+    else:
+        for part, (mine, theirs) in disagree.items():
+            log.warning("index row counts disagree for %s: %d vs %d", part, mine, theirs)
+    store.put(key, index.to_json(SCHEMA_VERSION), overwrite=True)
 
 
 @dataclass
@@ -339,12 +295,12 @@ def find_spools(root: Path, run_id: str | None = None) -> Iterator[Spool]:
         if run_dir.name.startswith(".") or (run_id and run_dir.name != run_id):
             continue
         workers: set[str] = set()
-        for folder in [*(run_dir / t for t in TABLES), run_dir / "index"]:
+        for folder in [*(run_dir / t for t in TABLE_NAMES), run_dir / INDEX_FOLDER]:
             if folder.is_dir():
                 for entry in folder.iterdir():
-                    name = entry.name.removesuffix(".json")
-                    if name.startswith("worker="):
-                        workers.add(name.removeprefix("worker="))
+                    worker = worker_of(entry.name)
+                    if worker is not None:
+                        workers.add(worker)
         for worker_id in sorted(workers):
             yield Spool(root, run_dir.name, worker_id)
 
@@ -360,7 +316,7 @@ def upload_spool(
     """
     report = RecoveryReport()
     for spool in find_spools(root, run_id):
-        label = f"{spool.run_id}/worker={spool.worker_id}"
+        label = run_key(spool.run_id, worker_name(spool.worker_id))
         if not force and spool.owner_alive():
             log.warning("%s: its sink is still running; skipped (use --force)", label)
             report.skipped_live.append(label)

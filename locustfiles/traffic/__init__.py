@@ -7,6 +7,7 @@ from locustfiles import public_face
 
 __all__ = [
     "Conversation",
+    "Distribution",
     "PromptBuilder",
     "RequestSpec",
     "Schedule",
@@ -14,6 +15,7 @@ __all__ = [
     "Spread",
     "Turn",
     "Workload",
+    "parse_distribution",
     "parse_spread",
     "parse_workload",
     "prompt_hash",
@@ -23,6 +25,7 @@ __getattr__ = public_face(
     __name__,
     {
         "Conversation": "workloads",
+        "Distribution": "distribution",
         "PromptBuilder": "prompts",
         "RequestSpec": "workloads",
         "Schedule": "arrivals",
@@ -30,6 +33,7 @@ __getattr__ = public_face(
         "Spread": "spread",
         "Turn": "sessions",
         "Workload": "workloads",
+        "parse_distribution": "distribution",
         "parse_spread": "spread",
         "parse_workload": "workloads",
         "prompt_hash": "prompts",

@@ -12,6 +12,8 @@ Grammar (weights optional, normalised; components joined with `+`):
     conversations:PATH.jsonl           recorded multi-turn chats (ShareGPT "conversations"
                                        or "messages"), replayed turn by turn as sessions
 
+Each length is a distribution of the one grammar for a varying number (distribution.py):
+D's sides are fixed values, the N and U sides its N(mean,sd) and U(a,b), in whole tokens.
 Sampling is seeded and reproducible: the same seed and worker index give the same sequence.
 Lengths that cannot be right are refused when the spec is parsed: a D length, an N mean or a
 U minimum below 1, a negative N sd, a U minimum above its maximum, a weight that is not > 0.
@@ -29,16 +31,22 @@ from pathlib import Path
 from typing import Any
 
 from analysis.errors import UsageError
+from locustfiles.traffic.distribution import (
+    NUMBER,
+    BadDistribution,
+    Distribution,
+    parse_distribution,
+)
 
 log = logging.getLogger(__name__)
 
-_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
-_PAIR = rf"\({_NUM},{_NUM}\)"
+# A component: an optional weight, then the prompt and output lengths, each a distribution of
+# distribution.py's grammar: D(in,out) gives two fixed ones, X(..)/(..) two of form X.
 _COMPONENT = re.compile(
-    rf"^\s*(?:(?P<weight>-?\d+(?:\.\d+)?)\s*\*)?\s*(?:"
-    rf"D{_PAIR}"
-    rf"|(?P<dist>[NU]){_PAIR}\s*/\s*{_PAIR}"
-    rf")\s*$"
+    rf"^\s*(?:(?P<weight>{NUMBER})\s*\*)?\s*(?P<name>"
+    r"D\((?P<d_in>[^,()]*),(?P<d_out>[^,()]*)\)"
+    r"|(?P<form>[NU])(?P<x_in>\([^()]*\))\s*/\s*(?P<x_out>\([^()]*\))"
+    r")\s*$"
 )
 
 
@@ -65,34 +73,21 @@ class Conversation:
 
 @dataclass
 class _Lengths:
-    """A D/N/U component."""
+    """A D/N/U component: the prompt and output lengths' distributions (whole tokens)."""
 
     name: str
-    kind: str  # D, N or U
-    a_in: float
-    b_in: float
-    a_out: float
-    b_out: float
+    prompt: Distribution
+    output: Distribution
     warned: bool = field(default=False, compare=False)
 
-    def _draw(self, rng: random.Random, a: float, b: float) -> float:
-        if self.kind == "D":
-            return a
-        if self.kind == "N":
-            return rng.gauss(a, b)
-        return rng.randint(int(a), int(b))
-
     def sample(self, rng: random.Random) -> RequestSpec:
-        if self.kind == "D":
-            p_in, p_out = self.a_in, self.b_in  # D(in,out): the pair is (in, out)
-        else:
-            p_in = self._draw(rng, self.a_in, self.b_in)
-            p_out = self._draw(rng, self.a_out, self.b_out)
-        n_in, n_out = round(p_in), round(p_out)
-        if (n_in < 1 or n_out < 1) and not self.warned:
-            log.warning("workload %s asked for a length below 1; clamping to 1", self.name)
-            self.warned = True
-        return RequestSpec(self.name, max(1, n_in), max(1, n_out))
+        n_in, n_out = self.prompt.sample(rng, False), self.output.sample(rng, False)
+        if n_in < 1 or n_out < 1:
+            if not self.warned:
+                log.warning("workload %s asked for a length below 1; clamping to 1", self.name)
+                self.warned = True
+            n_in, n_out = max(1, n_in), max(1, n_out)
+        return RequestSpec(self.name, int(n_in), int(n_out))
 
 
 @dataclass
@@ -268,24 +263,41 @@ def _load_dataset(spec: str) -> _Dataset:
 _EXAMPLES = {"D": "D(128,64)", "N": "N(2048,512)/(256,64)", "U": "U(64,256)/(16,128)"}
 
 
-def _check_lengths(comp: _Lengths) -> None:
-    """Refuse lengths no request can have (a token count below 1), naming the component."""
+def _lengths(part: str, name: str, form: str, texts: tuple[str, str]) -> _Lengths:
+    """Parse a component's two lengths (tokens >= 1; fractions round), naming the bad one."""
+    spellings = ("K",) if form == "D" else (form,)
+    dists = []
+    for what, text in zip(("prompt", "output"), texts, strict=True):
+        try:
+            dists.append(
+                parse_distribution(text, spellings=spellings, integer=True, whole=False, minimum=1)
+            )
+        except BadDistribution as bad:
+            if bad.rule == "syntax":
+                raise _not_understood(part) from None
+            raise UsageError(
+                f"workload {name}: {_problem(what, bad)}; e.g. {_EXAMPLES[form]}"
+            ) from None
+    return _Lengths(name, dists[0], dists[1])
 
-    def need(ok: bool, problem: str) -> None:
-        if not ok:
-            raise UsageError(f"workload {comp.name}: {problem}; e.g. {_EXAMPLES[comp.kind]}")
 
-    if comp.kind == "D":
-        for what, value in (("prompt", comp.a_in), ("output", comp.b_in)):
-            need(value >= 1, f"the {what} length must be >= 1 token, not {value:g}")
-        return
-    for what, a, b in (("prompt", comp.a_in, comp.b_in), ("output", comp.a_out, comp.b_out)):
-        if comp.kind == "N":
-            need(a >= 1, f"the {what} mean of N(mean,sd) must be >= 1 token, not {a:g}")
-            need(b >= 0, f"the {what} sd of N(mean,sd) needs sd >= 0, not {b:g}")
-        else:
-            need(a >= 1, f"the {what} min of U(min,max) must be >= 1 token, not {a:g}")
-            need(a <= b, f"the {what} bounds of U(min,max) need min <= max, not {a:g} > {b:g}")
+def _problem(what: str, bad: BadDistribution) -> str:
+    a, b = (*bad.params, 0.0)[:2]
+    return {
+        ("fixed", "min"): f"the {what} length must be >= 1 token, not {a:g}",
+        ("normal", "min"): f"the {what} mean of N(mean,sd) must be >= 1 token, not {a:g}",
+        ("normal", "sd"): f"the {what} sd of N(mean,sd) needs sd >= 0, not {b:g}",
+        ("uniform", "min"): f"the {what} min of U(min,max) must be >= 1 token, not {a:g}",
+        ("uniform", "order"): f"the {what} bounds of U(min,max) need min <= max, not {a:g} > {b:g}",
+    }[(bad.kind or "", bad.rule)]
+
+
+def _not_understood(part: str) -> UsageError:
+    return UsageError(
+        f"workload component {part.strip()!r} is not understood; use D(in,out), "
+        "N(mean_in,sd_in)/(mean_out,sd_out), U(min_in,max_in)/(min_out,max_out), "
+        "weighted like 0.7*D(128,64)+0.3*U(10,20)/(5,9), or dataset:PATH.jsonl"
+    )
 
 
 def parse_workload(spec: str) -> Workload:
@@ -300,20 +312,13 @@ def parse_workload(spec: str) -> Workload:
     for part in text.split("+"):
         m = _COMPONENT.match(part)
         if not m:
-            raise UsageError(
-                f"workload component {part.strip()!r} is not understood; use D(in,out), "
-                "N(mean_in,sd_in)/(mean_out,sd_out), U(min_in,max_in)/(min_out,max_out), "
-                "weighted like 0.7*D(128,64)+0.3*U(10,20)/(5,9), or dataset:PATH.jsonl"
-            )
-        groups = m.groups()  # weight, D's two numbers, N/U letter, N/U's four numbers
-        nums = [float(g) for i, g in enumerate(groups) if i not in (0, 3) and g is not None]
-        kind = m.group("dist") or "D"
-        name = re.sub(r"^\s*-?\d+(?:\.\d+)?\s*\*\s*", "", part).replace(" ", "")
-        if kind == "D":
-            comp = _Lengths(name, "D", nums[0], nums[1], 0, 0)
+            raise _not_understood(part)
+        name = m.group("name").replace(" ", "")
+        form = m.group("form")
+        if form is None:
+            comp = _lengths(part, name, "D", (m.group("d_in"), m.group("d_out")))
         else:
-            comp = _Lengths(name, kind, nums[0], nums[1], nums[2], nums[3])
-        _check_lengths(comp)
+            comp = _lengths(part, name, form, (form + m.group("x_in"), form + m.group("x_out")))
         weight = float(m.group("weight")) if m.group("weight") else 1.0
         if weight <= 0:
             raise UsageError(

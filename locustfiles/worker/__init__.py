@@ -10,6 +10,7 @@ __all__ = [
     "LoopMonitor",
     "MasterWatch",
     "WorkerContext",
+    "WorkerSide",
 ]
 
 __getattr__ = public_face(
@@ -19,5 +20,6 @@ __getattr__ = public_face(
         "LoopMonitor": "monitor",
         "MasterWatch": "masterwatch",
         "WorkerContext": "context",
+        "WorkerSide": "side",
     },
 )

@@ -23,15 +23,16 @@ from typing import Any
 
 import gevent.lock
 import urllib3
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
-from locustfiles.live.stats import Observer, Recorder
-from locustfiles.request.client import Limits, execute, request_json
+from locustfiles.live.groups import Observer, Recorder
+from locustfiles.request.client import Limits, execute
+from locustfiles.request.errors import TRANSPORT_ERRORS
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.options import ChatOptions
+from locustfiles.run.probe import PROBE_TIMEOUT_S, send_probe, send_stream_probe
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, secret_values
 from locustfiles.sink.eventsink import EventSink, SinkConfig
@@ -44,7 +45,6 @@ from locustfiles.worker.openloop import Arrival, Dispatcher
 
 log = logging.getLogger("llmload.worker")
 
-PROBE_TIMEOUT_S = 30.0
 _perf_ns = time.perf_counter_ns
 
 
@@ -167,23 +167,22 @@ class WorkerContext:
         return body
 
     # -- probes ------------------------------------------------------------------------
-    def _note_probe(self, request_id: str, purpose: str, status: int | None, outcome: str) -> None:
+    def _note_probe(self, probe: ProbeRecord) -> None:
         """List a probe for the manifest (every probe, whatever its outcome)."""
-        probe = ProbeRecord(request_id, purpose, status, redact(outcome, self._secrets),
-                            self.worker_id)  # fmt: skip
         self.probes.append(dataclasses.asdict(probe))
 
     def _probe_json(self, pool: urllib3.PoolManager, purpose: str, method: str, url: str,
                     body: dict[str, Any] | None = None) -> tuple[int, Any]:  # fmt: skip
         """One probe exchange, noted whatever its outcome; I/O errors are re-raised."""
-        rid = "probe-" + uuid.uuid4().hex
-        try:
-            status, doc = request_json(pool, method, url, body, self.headers(rid), PROBE_TIMEOUT_S)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._note_probe(rid, purpose, None, probe_failure(exc))
-            raise
-        self._note_probe(rid, purpose, status, "ok" if status == 200 else f"http {status}")
-        return status, doc
+        sent = send_probe(pool, purpose, method, url, body=body, api_key=self.options.api_key(),
+                          timeout=PROBE_TIMEOUT_S, worker_id=self.worker_id,
+                          secrets=self._secrets)  # fmt: skip
+        self._note_probe(sent.record)
+        reply = sent.reply
+        if reply.error is not None:
+            raise reply.error
+        assert reply.status is not None
+        return reply.status, reply.json()
 
     def _post(
         self, pool: urllib3.PoolManager, body: dict[str, Any], purpose: str
@@ -198,7 +197,7 @@ class WorkerContext:
                 return
             try:
                 self._probe(pool)
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 log.warning("llmload: probing %s failed (%s); sending requests anyway",
                             self.base_url, type(exc).__name__)  # fmt: skip
             self._ready = True
@@ -226,12 +225,12 @@ class WorkerContext:
             # on only if the server really puts usage in every event (some ignore the field)
             body = self.body(tiny, None, 4, stream=True, probe=True)
             body["stream_options"]["continuous_usage_stats"] = True
-            rec = RequestRecord("probe-" + uuid.uuid4().hex, -1, 1, False, "probe",
-                                self.options.endpoint, self.model, True, None, 4, "")  # fmt: skip
-            execute(pool, self.url, body, self.headers(rec.request_id), rec, self.limits)
-            self._note_probe(
-                rec.request_id, "continuous_usage", rec.http_status, record_outcome(rec)
-            )
+            rec, probe = send_stream_probe(
+                pool, "continuous_usage", self.url, body, self.limits,
+                endpoint=self.options.endpoint, model=self.model,
+                api_key=self.options.api_key(), worker_id=self.worker_id, secrets=self._secrets,
+            )  # fmt: skip
+            self._note_probe(probe)
             self.continuous_usage = rec.status == "ok" and rec.output_tokens_source == "usage"
             log.info("llmload: continuous usage %s (probe: HTTP %s, token counts from %s)",
                      "on" if self.continuous_usage else "off", rec.http_status,
@@ -378,22 +377,6 @@ class WorkerContext:
             log.info("llmload: worker %s flushed: %s", self.worker_id, report)
         return {**self.identity, "sink": self.sink_report, "sent": self.sent,
                 "probes": list(self.probes)}  # fmt: skip
-
-
-def probe_failure(exc: BaseException) -> str:
-    """A probe's outcome when it got no response: "connect error: ..." or the exception."""
-    text = f"{type(exc).__name__}: {str(exc)[:160]}"
-    connect = (NewConnectionError, ConnectTimeoutError, ConnectionRefusedError)
-    return f"connect error: {text}" if isinstance(exc, connect) else text
-
-
-def record_outcome(record: RequestRecord) -> str:
-    """A probe's outcome from its request record: "ok", "http 422" or the failure."""
-    if record.status == "ok":
-        return "ok"
-    if record.http_status is not None and record.http_status != 200:
-        return f"http {record.http_status}"
-    return f"{record.error_kind}: {record.error_detail or ''}"[:200]
 
 
 def failure_for(record: RequestRecord) -> RequestFailed | None:

@@ -41,11 +41,13 @@ class MasterWatch:
     def __init__(
         self,
         environment: Any,
+        context: Callable[[], Any],
         timeout_s: float = MASTER_LOST_S,
         interval_s: float = CHECK_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.environment = environment
+        self.context = context  # the worker's current WorkerContext (None: no run yet)
         self.timeout_s = timeout_s
         self.interval_s = interval_s
         self.clock = clock
@@ -62,7 +64,7 @@ class MasterWatch:
 
     def running(self) -> bool:
         """A run is going on this worker: its users may send, its sink is open."""
-        ctx = getattr(self.environment, "llmload_worker", None)
+        ctx = self.context()
         return ctx is not None and ctx.sink_report is None
 
     def check(self, now: float) -> bool:

@@ -178,21 +178,23 @@ def test_web_ui_shows_the_problem_and_does_not_start(tmp_path: Path) -> None:
 UNEXPECTED_FAILURE = """
 import argparse, logging, sys, types
 logging.basicConfig(level=getattr(logging, sys.argv[2]), stream=sys.stderr)
-import locustfiles.chat as chat
+import locustfiles.chat
 from locustfiles.run.options import OPTIONS
+from locustfiles.worker import side
 
 def broken(*args, **kwargs):
     raise OSError(28, "No space left on device")
 
-chat.WorkerContext = broken
+side.WorkerContext = broken
 parsed = argparse.Namespace(**{f.lstrip("-").replace("-", "_"): o.get("default") for f, o in OPTIONS})
 parsed.events_uri = sys.argv[1]
 env = types.SimpleNamespace(
     runner=types.SimpleNamespace(quit=lambda: None), parsed_options=parsed,
-    host="http://127.0.0.1:9", llmload_step=None, llmload_recorder=None, llmload_worker=None,
+    host="http://127.0.0.1:9",
 )
-chat._start_worker(env)
-assert env.process_exit_code == 2 and env.llmload_worker is None
+worker = side.WorkerSide(env, None, lambda record: None)
+worker.start()
+assert env.process_exit_code == 2 and worker.context is None
 """
 
 

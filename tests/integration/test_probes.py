@@ -1,5 +1,6 @@
-"""The master's probes of the target carry their own request ids and are listed, whatever
-happens to them (a real HTTP server on port 0, and a port where nothing listens)."""
+"""Probes of the target (the master's, its preflight's, a worker's: one helper,
+`locustfiles/run/probe.py`) carry their own request ids and are listed, whatever happens to
+them (a real HTTP server on port 0, the simulator, and a port where nothing listens)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import urllib3
 
 from infra.ports import free_port
 from locustfiles.master.coordinator import probe_target
+from locustfiles.request.client import Limits, new_pool
 from locustfiles.run.manifest import ProbeRecord
+from locustfiles.run.probe import send_probe, send_stream_probe
+from tests.support.sim import SimFactory, chat_body
 
 
 class Target(BaseHTTPRequestHandler):
@@ -68,3 +73,36 @@ def test_probes_that_cannot_connect_are_listed_and_never_raise() -> None:
     assert [p.purpose for p in probes] == ["target_models", "target_version"]
     for p in probes:
         assert p.http_status is None and p.outcome.startswith("connect error: "), p
+
+
+@pytest.fixture
+def pool() -> Iterator[urllib3.PoolManager]:
+    manager = new_pool()
+    yield manager
+    manager.clear()
+
+
+def test_a_workers_probe_is_listed_with_its_worker_and_reply(
+    target: str, pool: urllib3.PoolManager
+) -> None:
+    url = target + "/v1/models"
+    sent = send_probe(pool, "models", "GET", url, api_key="sk-x", worker_id="w1")
+    assert sent.reply.status == 200 and sent.reply.json() == {"data": [{"id": "m1"}]}
+    record = sent.record
+    assert (record.purpose, record.outcome, record.worker_id) == ("models", "ok", "w1")
+    assert Target.seen == [("/v1/models", record.request_id)]
+
+
+def test_a_streamed_probe_is_recorded_from_its_request(
+    sim_factory: SimFactory, pool: urllib3.PoolManager
+) -> None:
+    sim = sim_factory()
+    body = chat_body(max_tokens=4, stream=True, model=sim.config.served_model,
+                     stream_options={"include_usage": True, "continuous_usage_stats": True})  # fmt: skip
+    record, probe = send_stream_probe(
+        pool, "continuous_usage", f"http://127.0.0.1:{sim.port}/v1/chat/completions",
+        body, Limits(request_timeout=10.0), endpoint="chat", model=sim.config.served_model,
+    )  # fmt: skip
+    assert record.status == "ok" and record.output_tokens_source == "usage", record.error_detail
+    assert (probe.request_id, probe.http_status, probe.outcome) == (record.request_id, 200, "ok")
+    assert probe.request_id.startswith("probe-") and record.scenario == "probe"

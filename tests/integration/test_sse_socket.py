@@ -22,6 +22,7 @@ from locustfiles.request import sse
 from locustfiles.request.client import Limits, execute, new_pool
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.sse import ReadClock, events, private_internals
+from tests.support.raw import END, HEAD, Respond, chunk, sse_event
 from tests.support.sim import TIMEOUT, SimFactory, chat_body
 
 MS = 1_000_000
@@ -110,67 +111,7 @@ def test_end_of_response_is_the_arrival_of_its_last_bytes_not_when_the_loop_got_
     assert record.coalesced_events >= 0
 
 
-# -- a raw server whose every byte the test places, and a client whose reads it watches -------
-
-HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-END = b"0\r\n\r\n"  # the chunked body's last chunk
-
-
-def sse_event(content: str, finish: str | None = None) -> bytes:
-    obj = {"id": "c1", "choices": [{"index": 0, "delta": {"content": content},
-                                    "finish_reason": finish}]}  # fmt: skip
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
-def chunk(payload: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
-
-
-Respond = Callable[[socket.socket], None]
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Callable[[Respond], int]]:
-    """`start(respond)`: a server on 127.0.0.1, port 0, that reads one request and hands the
-    connection to `respond`; returns the port. Its errors fail the test at teardown."""
-    listeners: list[socket.socket] = []
-    threads: list[threading.Thread] = []
-    errors: list[BaseException] = []
-
-    def start(respond: Respond) -> int:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listener.settimeout(TIMEOUT)
-        listeners.append(listener)
-
-        def run() -> None:
-            try:
-                conn, _ = listener.accept()
-                with conn:
-                    conn.settimeout(TIMEOUT)
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        data += conn.recv(65536)
-                    head, _, body = data.partition(b"\r\n\r\n")
-                    fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:])
-                    length = int({k.lower(): v for k, v in fields.items()}[b"content-length"])
-                    while len(body) < length:
-                        body += conn.recv(65536)
-                    respond(conn)
-            except BaseException as exc:  # reported at teardown
-                errors.append(exc)
-
-        thread = threading.Thread(target=run, name="raw-sse-server", daemon=True)
-        thread.start()
-        threads.append(thread)
-        return int(listener.getsockname()[1])
-
-    yield start
-    for thread in threads:
-        thread.join(TIMEOUT)
-    for listener in listeners:
-        listener.close()
-    assert not errors, errors
+# -- against a raw server (tests/support/raw.py), a client whose reads it watches ----------
 
 
 class WatchedReads:

@@ -36,28 +36,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.layout import MANIFEST_NAME, WorkerIndex, index_key, part_key
 from analysis.schema import (
     CHUNKS_SCHEMA,
+    OPEN_LOOP_COLUMNS_1_2,
     REQUESTS_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA_VERSION,
+    SESSION_COLUMNS_1_3,
     STALLS_SCHEMA,
-    part_key,
+    WORKER_DELAY_COLUMNS_1_1,
 )
 from analysis.storage import join_uri, open_store
 
 T0_NS = 1_700_000_000_000_000_000
 
-SESSION_COLUMNS = ("session_id", "turn", "session_turns", "turn_kind", "wait_ns", "tool_calls",
-                   "cached_tokens", "history_tokens")  # fmt: skip
-"""Request columns of schema 1.3 (sessions and tool rounds)."""
-
 NEWER_COLUMNS = {
-    "1.0": ("coalesced_events", "worker_stall_ns", "rate", "arrival_index", "intended_ns",
-            "queued_ns", *SESSION_COLUMNS),
-    "1.1": ("rate", "arrival_index", "intended_ns", "queued_ns", *SESSION_COLUMNS),
-    "1.2": SESSION_COLUMNS,
-}  # fmt: skip
+    "1.0": (*WORKER_DELAY_COLUMNS_1_1, *OPEN_LOOP_COLUMNS_1_2, *SESSION_COLUMNS_1_3),
+    "1.1": (*OPEN_LOOP_COLUMNS_1_2, *SESSION_COLUMNS_1_3),
+    "1.2": SESSION_COLUMNS_1_3,
+}
 """Request columns a writer of that schema version did not have."""
 
 
@@ -383,21 +381,11 @@ class RunBuilder:
                     parts[key] = len(mine)
                     self.keys.append(key)
             if index:
-                doc = {
-                    "schema_version": schema_version,
-                    "run_id": self.run_id,
-                    "worker_id": worker,
-                    "final": True,
-                    "parts": parts,
-                    "rows": {
-                        t: sum(n for k, n in parts.items() if k.startswith(t))
-                        for t in ("requests", "chunks")
-                    },
-                }
-                store.put(f"index/worker={worker}.json", json.dumps(doc).encode())
+                doc = WorkerIndex(self.run_id, worker, parts, final=True)
+                store.put(index_key(worker), doc.to_json(schema_version))
         if manifest:
-            doc = self.manifest(schema_version)
-            store.put("manifest.json", json.dumps(doc).encode(), overwrite=True)
+            data = json.dumps(self.manifest(schema_version)).encode()
+            store.put(MANIFEST_NAME, data, overwrite=True)
         return run_uri
 
 

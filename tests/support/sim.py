@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from infra.simserver.metrics import parse_text
 from infra.simserver.options import add_arguments, build_config
 from infra.simserver.server import SimServer
+from locustfiles.master.prometheus import parse_prometheus
 
 TIMEOUT = 10.0  # seconds, for any single socket operation in these tests
 
@@ -77,9 +77,10 @@ class RunningSim:
             self._thread.join(TIMEOUT)
 
     def metrics(self) -> dict[str, float]:
+        """{"name{labels}": value} (labels sorted), as llmload's scraper reads them."""
         status, _, body = request(self.port, "GET", "/metrics")
         assert status == 200
-        return parse_text(body.decode())
+        return {s.key: s.value for s in parse_prometheus(body.decode())}
 
     def wait_metric(
         self, name: str, predicate: Callable[[float], bool], timeout: float = 5.0

@@ -18,9 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.metrics import compute_request_metrics
 from analysis.stats import weighted_quantiles
+from locustfiles.live.board import Board
+from locustfiles.live.groups import Recorder
 from locustfiles.live.metrics import BUCKETS, EXPORTED, registry_for
 from locustfiles.live.sketch import BIN_LIMIT, RELATIVE_ACCURACY, Sketch
-from locustfiles.live.stats import LiveStats, Recorder
+from locustfiles.live.stats import LiveStats
 from locustfiles.master.staircase import Staircase
 from locustfiles.request.record import RequestRecord
 
@@ -93,7 +95,7 @@ def live_env(steps: tuple[int, ...] = (2, 4)) -> tuple[SimpleNamespace, Staircas
     staircase = Staircase(steps, 30.0, 1.0, 0, announce=lambda *a: None,
                           finished_requests=lambda: 0)  # fmt: skip
     coordinator = SimpleNamespace(run_id="run-a", staircase=staircase, current=None)
-    env = SimpleNamespace(runner=FakeRunner(), llmload_coordinator=coordinator)
+    env = SimpleNamespace(runner=FakeRunner(), board=Board(run=coordinator))  # type: ignore[arg-type]
     return env, staircase
 
 
@@ -146,7 +148,7 @@ def test_merged_worker_deltas_equal_one_sketch_of_everything() -> None:
     random.Random(4).shuffle(records)
     one, workers = Recorder(), [Recorder(), Recorder()]
     env, _ = live_env()
-    live = LiveStats(env)
+    live = LiveStats(env.runner, lambda: env.board.run)
     for i, r in enumerate(records):
         one.observe(r)
         workers[i % 2].observe(r)
@@ -209,11 +211,11 @@ def test_sparse_round_trip_and_bounded_size() -> None:
 # -- the master's view ------------------------------------------------------------------
 def test_snapshot_rows_current_step_and_series() -> None:
     env, staircase = live_env()
-    live = LiveStats(env)
+    live = LiveStats(env.runner, lambda: env.board.run)
     assert live.snapshot()["steps"] == []
     staircase.tick()  # step 0 begins (2 users)
     staircase.on_spawned(2)
-    env.llmload_coordinator.current = {"step": 0, "concurrency": 2, "cold": False}
+    env.board.run.current = {"step": 0, "concurrency": 2, "cold": False}
     for r in random_records(50, seed=6):
         live.observe(r)  # the local runner: no messages
     assert not live.merge({"run": "run-old", "groups": []})  # a late report of another run
@@ -238,15 +240,15 @@ def test_snapshot_rows_current_step_and_series() -> None:
     empty = live.snapshot()["steps"][1]
     assert empty["requests"] == 0 and empty["ttft"]["p50"] is None
     # a new run starts fresh
-    env.llmload_coordinator.run_id = "run-b"
+    env.board.run.run_id = "run-b"
     assert live.snapshot()["series"] == [] and live.groups == {}
 
 
 def test_prometheus_endpoint_histograms_counters_gauges() -> None:
     env, staircase = live_env()
     staircase.tick()
-    env.llmload_coordinator.current = {"step": 0, "concurrency": 2, "cold": False}
-    live = LiveStats(env)
+    env.board.run.current = {"step": 0, "concurrency": 2, "cold": False}
+    live = LiveStats(env.runner, lambda: env.board.run)
     records = random_records(80, seed=7)
     records.append(record("x", [10], [1], status="error", kind="http_5xx"))
     for r in records:

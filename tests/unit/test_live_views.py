@@ -1,4 +1,4 @@
-"""The LLM tab's rows, the console step line, and the web routes, on a stub `llmload_live`."""
+"""The LLM tab's rows, the console step line, and the web routes, on a stub LiveStats."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from locustfiles.live import console, endreport, webtab
+from locustfiles.live.board import Board
 
 
 def _dist(p50: float, p90: float, p99: float) -> dict[str, float]:
@@ -71,10 +72,10 @@ def test_each_step_is_printed_once_in_order_the_last_at_the_end() -> None:
     live = StubLive([_row(None, 1), _row(0, 1), _row(1, 2)], CURRENT)
     coordinator = SimpleNamespace(run_id="r1", current={"step": 1, "concurrency": 2, "cold": False},
                                   manifest=SimpleNamespace(target={"simulated": True}))  # fmt: skip
-    env = SimpleNamespace(llmload_live=live, llmload_coordinator=coordinator)
+    board = Board(run=coordinator, stats=live)  # type: ignore[arg-type]
     timers: list[Any] = []
     out = io.StringIO()
-    printer = console.StepConsole(env, out, spawn_later=lambda _d, fn: timers.append(fn))
+    printer = console.StepConsole(board, out, spawn_later=lambda _d, fn: timers.append(fn))
     printer.step_ended({"step": -1, "concurrency": 1, "cold": True})
     printer.step_ended({"step": 0, "concurrency": 1, "cold": False})
     timers[0]()  # the cold phase's line is due
@@ -119,12 +120,12 @@ def _web_env(live: Any, base_path: str | None = None) -> Any:
 
     web_ui = SimpleNamespace(app=app, template_args={}, auth_required_if_enabled=lambda f: f)
     parsed = None if base_path is None else SimpleNamespace(web_base_path=base_path)
-    env = SimpleNamespace(web_ui=web_ui, parsed_options=parsed, llmload_live=live)
+    env = SimpleNamespace(web_ui=web_ui, parsed_options=parsed)
     web_ui.environment = env
-    env.llmload_coordinator = SimpleNamespace(
-        run_id="r1", manifest=SimpleNamespace(target={"simulated": True})
-    )
-    webtab.register(env)
+    run = SimpleNamespace(run_id="r1", manifest=SimpleNamespace(target={"simulated": True}))
+    env.board = Board(run=run, stats=live)  # type: ignore[arg-type]
+    env.reports = endreport.Reports()
+    webtab.register(env, env.board, env.reports)
     return env
 
 
@@ -152,7 +153,7 @@ def test_the_web_ui_serves_the_tab_the_live_page_and_the_report(tmp_path: Path) 
     out = tmp_path / "report"
     job = endreport.ReportJob("r1", "file:///nowhere/r1", out, status="building",
                               started_at=time.time())  # fmt: skip
-    env.llmload_reports, env.llmload_report_latest = {"r1": job}, "r1"
+    env.reports.add(job)
     building = client.get("/llmload/report")
     assert building.status_code == 202 and b"Building the report of run r1" in building.data
     out.mkdir()
@@ -187,8 +188,7 @@ def test_the_metrics_endpoint_honours_the_web_base_path() -> None:
     from locustfiles.request.record import RequestRecord
 
     coordinator = SimpleNamespace(run_id="r1", staircase=None, current=None)
-    live = LiveStats(SimpleNamespace(runner=SimpleNamespace(state="running"),
-                                     llmload_coordinator=coordinator))  # fmt: skip
+    live = LiveStats(SimpleNamespace(state="running"), lambda: coordinator)  # type: ignore[arg-type,return-value]
     record = RequestRecord("q1", 0, 1, False, "D(8,8)", "chat", "m", True, 8, 8, "h")
     record.first_token_ns, record.last_token_ns, record.end_ns = 20_000_000, 90_000_000, 95_000_000
     record.output_tokens = 8

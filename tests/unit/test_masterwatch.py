@@ -42,13 +42,13 @@ def environment(running: bool = True) -> Any:
     runner.quit = lambda: setattr(runner, "quits", runner.quits + 1)
     worker = SimpleNamespace(sink_report=None if running else {"rows": {}})
     return SimpleNamespace(runner=runner, events=SimpleNamespace(heartbeat_received=Hook()),
-                           llmload_worker=worker, process_exit_code=None)  # fmt: skip
+                           worker=worker, process_exit_code=None)  # fmt: skip
 
 
 def test_silence_counts_only_while_a_run_goes_on_and_a_heartbeat_resets_it() -> None:
     clock = Clock()
     env = environment()
-    watch = MasterWatch(env, timeout_s=10, clock=clock)
+    watch = MasterWatch(env, lambda: env.worker, timeout_s=10, clock=clock)
     env.events.heartbeat_received.add_listener(watch._on_heartbeat)
     clock.now += 9.5
     assert not watch.check(clock.now)
@@ -57,9 +57,9 @@ def test_silence_counts_only_while_a_run_goes_on_and_a_heartbeat_resets_it() -> 
     env.events.heartbeat_received.fire(client_id="master", timestamp=0)
     assert not watch.check(clock.now)
     clock.now += 30
-    env.llmload_worker.sink_report = {"rows": {}}  # flushed: its events are safe, not its run
+    env.worker.sink_report = {"rows": {}}  # flushed: its events are safe, not its run
     assert not watch.check(clock.now)
-    env.llmload_worker = None  # no run yet: Locust's own 60 s apply
+    env.worker = None  # no run yet: Locust's own 60 s apply
     assert not watch.check(clock.now)
 
 
@@ -67,7 +67,7 @@ def test_a_lost_master_is_named_and_the_worker_quits_with_status_1(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     env = environment()
-    watch = MasterWatch(env, timeout_s=0.05, interval_s=0.01)
+    watch = MasterWatch(env, lambda: env.worker, timeout_s=0.05, interval_s=0.01)
     watch.start()
     gevent.sleep(0.3)
     assert watch.lost and env.runner.quits == 1
@@ -79,7 +79,7 @@ def test_a_lost_master_is_named_and_the_worker_quits_with_status_1(
 
 def test_heartbeats_keep_the_worker_going() -> None:
     env = environment()
-    watch = MasterWatch(env, timeout_s=0.1, interval_s=0.01).start()
+    watch = MasterWatch(env, lambda: env.worker, timeout_s=0.1, interval_s=0.01).start()
     for _ in range(30):
         env.events.heartbeat_received.fire(client_id="master", timestamp=0)
         gevent.sleep(0.01)
@@ -93,7 +93,7 @@ def test_a_stall_of_this_process_is_not_taken_for_a_silent_master(
     """After the watch itself slept far too long, queued heartbeats get one pass to arrive."""
     clock = Clock()
     env = environment()
-    watch = MasterWatch(env, timeout_s=10, interval_s=1, clock=clock)
+    watch = MasterWatch(env, lambda: env.worker, timeout_s=10, interval_s=1, clock=clock)
     sleeps = iter([1, 30, 1])  # a normal pass, a 30 s stall, then the heartbeat was read
 
     def sleep(_: float) -> None:

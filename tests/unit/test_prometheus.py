@@ -83,3 +83,46 @@ def test_allowlist_matches_names_and_prefixes() -> None:
     assert allowed("vllm:prompt_tokens_total", allow)
     assert allowed("sglang:num_queue_reqs", allow)
     assert not allowed("vllm:prompt_tokens", allow)
+
+
+# what prometheus_client itself writes (vLLM, SGLang), and a Rust exporter's bare counter (TGI)
+TYPED = """\
+# HELP vllm:e2e_request_latency_seconds Histogram of end to end request latency in seconds.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="0.3",model_name="m"} 2.0
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 3.0
+vllm:e2e_request_latency_seconds_count{model_name="m"} 3.0
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 1.25
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{model_name="m"} 120.0
+# HELP vllm:prompt_tokens_created Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_created gauge
+vllm:prompt_tokens_created{model_name="m"} 1.7e9
+# TYPE tgi_request_count counter
+tgi_request_count 5
+# TYPE tgi_queue_size gauge
+tgi_queue_size 2
+"""
+
+
+def test_every_sample_keeps_the_name_the_server_wrote() -> None:
+    samples = parse_prometheus(TYPED)
+    assert [s.name for s in samples] == [
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_sum",
+        "vllm:prompt_tokens_total",
+        "vllm:prompt_tokens_created",
+        "tgi_request_count",  # not renamed to tgi_request_count_total
+        "tgi_queue_size",
+    ]
+    assert samples[1].key == 'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"}'
+    assert all(type(s.value) is float for s in samples)  # `5` is read as 5.0
+    assert engine_gauges(samples).waiting == 2.0
+
+
+def test_a_refusal_names_the_line() -> None:
+    with pytest.raises(PrometheusFormatError, match=r"line 2 '<html>'"):
+        parse_prometheus("ok_metric 1\n<html>\n")

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from analysis.errors import SchemaVersionError
+from analysis.layout import part_key
 from analysis.schema import (
     CHUNKS_SCHEMA,
     ERROR_KINDS,
@@ -17,7 +18,6 @@ from analysis.schema import (
     SCHEMA_VERSION,
     STALLS_SCHEMA,
     check_version,
-    part_key,
     version_of,
 )
 

@@ -1,0 +1,121 @@
+"""The master process's side across runs: run ids, the run now going, the workers' messages.
+
+chat.py makes one `MasterSide` per Environment (master and local runner) with the live
+Board it shares with the views (locustfiles/live/board.py). Each shape start begins a run
+(`begin_run`: options validated, run id chosen and handed to the workers, a RunCoordinator
+pinned on the board); the handlers pass the workers' messages of locustfiles/run/protocol.py
+to the coordinator of the run now going. Nothing is kept on Locust's `environment`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from analysis.errors import UsageError
+from locustfiles.live.board import Board
+from locustfiles.master.coordinator import RunCoordinator, new_run_id
+from locustfiles.run.manifest import ProbeRecord
+from locustfiles.run.options import from_parsed
+
+log = logging.getLogger("llmload.master")
+
+
+class MasterSide:
+    """One Environment's master state; `coordinator` is the run now going (or the last)."""
+
+    def __init__(
+        self, environment: Any, board: Board, local_in_flight: Callable[[], int] | None = None
+    ) -> None:
+        self.environment = environment
+        self.board = board
+        self.local_in_flight = local_in_flight
+        self.coordinator: RunCoordinator | None = None
+        self.run_ids: set[str] = set()  # the runs of this process
+        self.next_run_id: str | None = None  # the id a preflight wrote the first manifest under
+        self.pending_probes: list[ProbeRecord] = []  # the preflight's, for that run's manifest
+
+    def choose_run_id(self, requested: str) -> str:
+        """The id of the next run in this process: `requested` (--run-id) or a new one, made
+        unique among this process's runs (a web UI started twice with one --run-id)."""
+        run_id = requested or new_run_id()
+        return f"{run_id}-{len(self.run_ids) + 1}" if run_id in self.run_ids else run_id
+
+    def prepared(self, run_id: str, probes: list[ProbeRecord]) -> None:
+        """A preflight passed for the next run: its id and probes."""
+        self.next_run_id = run_id
+        self.pending_probes = probes
+
+    def begin_run(self) -> RunCoordinator | None:
+        """A new run: options validated, run id chosen (and handed to workers)."""
+        environment = self.environment
+        self.coordinator = self.board.run = None
+        try:
+            options = from_parsed(environment.parsed_options)
+        except UsageError as exc:
+            log.error("llmload: %s", exc)
+            return None
+        run_id = self.next_run_id or self.choose_run_id(options.run_id)
+        self.next_run_id = None
+        self.run_ids.add(run_id)
+        environment.parsed_options.run_id = run_id  # travels to workers with the spawn message
+        coordinator = RunCoordinator(environment, options, run_id, self.board,
+                                     self.local_in_flight)  # fmt: skip
+        coordinator.add_probes(self.pending_probes)
+        self.pending_probes = []
+        self.coordinator = coordinator
+        self.board.run = coordinator
+        log.info("llmload: run %s -> %s", run_id, options.events_uri)
+        return coordinator
+
+    def with_coordinator(self, fn: Callable[[RunCoordinator], Any]) -> None:
+        if self.coordinator is not None:
+            fn(self.coordinator)
+
+    def add_probes(self, probes: list[Any]) -> None:
+        self.with_coordinator(lambda c: c.add_probes(probes))
+
+    # -- the run's end -----------------------------------------------------------------
+    def finish(self, local_report: dict[str, Any] | None) -> None:
+        self.with_coordinator(lambda c: c.finish(local_report))
+
+    # -- message handlers (Locust's register_message signature) ------------------------
+    def on_step_query(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.with_coordinator(lambda c: c.answer_step_query(msg.node_id))
+
+    def on_in_flight(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        self.with_coordinator(lambda c: c.on_in_flight(msg.node_id, data))
+
+    def on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.with_coordinator(lambda c: c.on_hello(msg.node_id, msg.data))
+
+    def on_finished(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.with_coordinator(lambda c: c.on_finished(msg.node_id, msg.data))
+
+    def on_clock_reply(self, environment: Any, msg: Any, **_: Any) -> None:
+        t4 = time.time_ns()
+        data = msg.data if isinstance(msg.data, dict) else {}
+        self.with_coordinator(lambda c: c.on_clock_reply(msg.node_id, data, t4))
+
+    def on_probes(self, environment: Any, msg: Any, **_: Any) -> None:
+        data = msg.data if isinstance(msg.data, dict) else {}
+        self.add_probes(data.get("probes") or [])
+
+    def on_worker_failed(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A worker cannot start (its tokenizer, dataset or store): stop the run."""
+        data = msg.data if isinstance(msg.data, dict) else {}
+        print(
+            f"llmload: error: worker {data.get('worker_id', msg.node_id)} on "
+            f"{data.get('host', '?')} cannot start: {data.get('error', 'unknown cause')}; "
+            "the run is stopped",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.environment.process_exit_code = 2
+        gevent.spawn(self.environment.runner.quit)

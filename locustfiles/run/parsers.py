@@ -1,0 +1,129 @@
+"""The texts of single options: steps, rates, arrival, history, run id, names, URIs, SLOs.
+
+Each takes the text as given and returns it parsed (or checked, and normalised where that
+helps), or raises UsageError with one line that names the option, the text and the fix, in
+the command line's terms; a campaign file words the refusal its own way (table.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from analysis.errors import UsageError
+from locustfiles.traffic.workloads import Workload, parse_workload
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_run_id(text: str) -> str:
+    """--run-id: empty (generated) or a name that is safe as one path segment of the store."""
+    if text and not RUN_ID_PATTERN.fullmatch(text):
+        raise UsageError(
+            f"--run-id {text!r} must be letters, digits, '.', '_' or '-' "
+            "(it names a folder in the events store), e.g. --run-id baseline-1"
+        )
+    return text
+
+
+def parse_env_name(text: str) -> str:
+    """--api-key-env: the name of an environment variable."""
+    if not ENV_NAME_PATTERN.fullmatch(text):
+        raise UsageError(
+            f"--api-key-env {text!r} must be an environment variable name, e.g. OPENAI_API_KEY"
+        )
+    return text
+
+
+def _numbers(flag: str, text: str, number: type[float], what: str) -> tuple[Any, ...]:
+    """The comma-separated numbers of `text` (empty items skipped)."""
+    try:
+        return tuple(number(s) for s in str(text).split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"{flag} {text!r} is not a list of {what}") from None
+
+
+def parse_steps(text: str) -> tuple[int, ...]:
+    steps = _numbers("--steps", text, int, "integers; use e.g. --steps 1,2,4,8")
+    if not steps or any(s < 1 for s in steps):
+        raise UsageError(
+            f"--steps {text!r} needs at least one concurrency, each >= 1; e.g. --steps 1,2,4,8"
+        )
+    return steps
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """--rates: empty (closed loop) or requests/s, each finite and > 0."""
+    if not str(text).strip():
+        return ()
+    rates = _numbers("--rates", text, float, "numbers; use e.g. --rates 1,2,4,8 (requests/s)")
+    if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
+        raise UsageError(f"--rates {text!r} needs rates > 0 requests/s; e.g. --rates 0.5,1,2,4")
+    return rates
+
+
+def parse_arrival(text: str) -> str:
+    """--arrival: poisson, constant or gamma:CV (CV > 0); returned normalised."""
+    value = str(text).strip().lower()
+    if value in ("poisson", "constant"):
+        return value
+    if value.startswith("gamma:"):
+        try:
+            cv = float(value.split(":", 1)[1])
+        except ValueError:
+            cv = math.nan
+        if math.isfinite(cv) and cv > 0:
+            return f"gamma:{cv:g}"
+    raise UsageError(
+        f"--arrival {text!r} must be poisson, constant or gamma:CV with CV > 0 "
+        "(e.g. gamma:2 for bursty arrivals)"
+    )
+
+
+def parse_history(text: str) -> int:
+    """--history: full (0) or window:N, the last N turns (N >= 1)."""
+    value = str(text).strip().lower()
+    if value == "full":
+        return 0
+    if value.startswith("window:") and value[7:].strip().isdigit() and int(value[7:]) >= 1:
+        return int(value[7:])
+    raise UsageError(
+        f"--history {text!r} must be full or window:N with N >= 1 turns, e.g. --history window:4"
+    )
+
+
+def parse_followup(text: str) -> Workload | None:
+    """--followup-workload: empty (the workload's own) or lengths, not conversations."""
+    if not text:
+        return None
+    if text.startswith("conversations:"):
+        raise UsageError(
+            "--followup-workload takes lengths (D/N/U) or dataset:PATH.jsonl; conversations: "
+            "datasets give their own follow-ups"
+        )
+    return parse_workload(text)
+
+
+def check_events_uri(uri: str) -> str:
+    """--events-uri: a store llmload can open (UsageError for unusable URIs)."""
+    from analysis.storage import open_store
+
+    open_store(uri)
+    return uri
+
+
+def check_slo(spec: str) -> str:
+    """--slo: objectives and thresholds parse_slo accepts (or empty: none)."""
+    from analysis.slo import parse_slo
+
+    parse_slo(spec or None)
+    return spec
+
+
+def has_step_objectives(spec: Any) -> bool:
+    """Whether an SLO spec holds an objective a step can be judged by."""
+    from analysis.slo import parse_slo
+
+    return bool(parse_slo(str(spec or "") or None).objectives)

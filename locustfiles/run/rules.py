@@ -1,0 +1,74 @@
+"""Checks between options, written once for the command line and campaign files.
+
+    check_together(values, given, say)
+
+`values`: the options' checked values by name (at least those named here); `given(name)`:
+whether the user set that option (on the command line: a value other than the default;
+in a file: the key is there); `say(name)`: the path's voice for that option (voice.py).
+The first broken rule raises UsageError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from locustfiles.run.parsers import has_step_objectives
+from locustfiles.run.table import TABLE
+from locustfiles.run.voice import Voice
+
+
+def check_together(
+    values: Mapping[str, Any], given: Callable[[str], bool], say: Callable[[str], Voice]
+) -> None:
+    _check_warmup(values, say)
+    _check_open_loop(values, given, say)
+    _check_search(values, say)
+
+
+def _check_warmup(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
+    warmup, duration = values["step_warmup"], values["step_duration"]
+    if warmup >= duration:
+        w, d = say("step_warmup"), say("step_duration")
+        w.showing(
+            warmup,
+            f"must be shorter than {d.ref} ({duration}); lower {w.ref} or raise {d.ref}, "
+            f"e.g. {w.example(min(5.0, duration / 2))}",
+        )
+
+
+def _check_open_loop(
+    values: Mapping[str, Any], given: Callable[[str], bool], say: Callable[[str], Voice]
+) -> None:
+    """Rates replace steps; the options that need rates need them."""
+    rates, steps = say("rates"), say("steps")
+    if values["rates"] and given("steps"):
+        steps.conflict(
+            rates, f"give {steps.ref} (concurrency) or {rates.ref} (requests/s), not both"
+        )
+    if values["rates"]:
+        return
+    for option in TABLE:
+        if option.needs == "rates" and given(option.name):
+            say(option.name).fail(
+                f"applies to open-loop steps: give {rates.ref} too, e.g. {rates.example((1, 2, 4))}"
+            )
+
+
+def _check_search(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
+    """A search needs the levels of its mode and an SLO with a step objective to judge by."""
+    search, rates, slo = say("search"), say("rates"), say("slo")
+    if values["search"] == "rate" and not values["rates"]:
+        search.being(
+            "rate", f"needs {rates.ref} (the coarse levels), e.g. {rates.example((1, 2, 4, 8, 16))}"
+        )
+    if values["search"] == "concurrency" and values["rates"]:
+        search.being(
+            "concurrency",
+            f"searches {say('steps').ref}, not {rates.ref}; use {search.example('rate')}",
+        )
+    if values["search"] != "off" and not has_step_objectives(values["slo"]):
+        objective = search.pick(
+            "at least one step objective", "a step objective to judge each level by"
+        )
+        search.fail(f"needs {slo.ref} with {objective}, e.g. {slo.example('ttft_p99=0.5')}")

@@ -1,0 +1,239 @@
+"""The chat options, each declared once: flag, campaign key, kind, default and help.
+
+    OPTION["step_duration"].flag, .key, .default, .kind.value(raw, say)
+    add_arguments(parser)          # Locust's parser (LOCUST_<NAME> variables, web UI form)
+    command_line(settings)         # the flags that hand a campaign's settings to its master
+
+One table serves three readers: Locust's parser (add_arguments), campaign files (the keys in
+`key`, read by infra/campaign/config.py with the same kinds and checks) and the campaign
+runner (command_line). Checks between options are rules.py's, for both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Any
+
+from locustfiles.run.kinds import (
+    Checked,
+    Choice,
+    Count,
+    Fraction,
+    Json,
+    Kind,
+    Levels,
+    Seconds,
+    Spec,
+    Switch,
+)
+from locustfiles.run.parsers import (
+    check_events_uri,
+    check_slo,
+    parse_arrival,
+    parse_env_name,
+    parse_followup,
+    parse_history,
+    parse_rates,
+    parse_run_id,
+    parse_steps,
+)
+from locustfiles.run.voice import CliVoice, FileVoice, as_arg
+from locustfiles.traffic.spread import parse_spread
+from locustfiles.traffic.workloads import parse_workload
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. `key`: its key in campaign files (None: a file sets it through `extra`);
+    `in_files`: its default there where that differs. The runner passes an option that
+    `needs` another only while that one is on, one that is `always` passed even at its
+    default, any other only where it differs from its default."""
+
+    flag: str
+    default: Any
+    kind: Kind
+    help: str
+    key: str | None = None
+    in_files: Any = None
+    always: bool = False
+    needs: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The attribute on Locust's parsed options, e.g. step_duration."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def env_var(self) -> str:
+        return "LOCUST_" + self.name.upper()
+
+    def arguments(self) -> dict[str, Any]:
+        """Keywords for argparse's add_argument."""
+        return {"default": self.default, "help": self.help, **self.kind.arguments()}
+
+    def cli(self) -> CliVoice:
+        return CliVoice(self.flag, self.default)
+
+    def file(self, source: str, key: str | None = None) -> FileVoice:
+        return FileVoice(source, key or self.key or self.name, self.file_default, self.flag)
+
+    @cached_property
+    def default_setting(self) -> Any:
+        """The default as a setting (e.g. the steps (1, 2, 4, 8), not the text "1,2,4,8")."""
+        return self.kind.setting(self.default, self.cli())
+
+    @property
+    def file_default(self) -> Any:
+        """The setting a campaign file gets when it leaves the key out."""
+        return self.default_setting if self.in_files is None else self.in_files
+
+
+def _text(parse: Callable[[str], Any]) -> Callable[[str, str], Any]:
+    """A parser of the text alone, for a Spec (whose parsers get the flag too)."""
+    return lambda _flag, text: parse(text)
+
+
+_SPREAD = "S, U(a,b), N(mean,sd) or exp(mean)"
+_ON_OFF = Choice(("on", "off"))
+_AUTO = Choice(("auto", "on", "off"))
+
+# Help texts are the documentation: README lists every flag.
+TABLE: tuple[Option, ...] = (
+    Option("--model", "", Kind(), "model id to request (default: first id from /v1/models)",
+           key="target.model", always=True),
+    Option("--api-key-env", "OPENAI_API_KEY",
+           Checked(parse_env_name, "must name an environment variable (e.g. OPENAI_API_KEY), not {value!r}"),
+           "name of the environment variable holding the API key (sent as a Bearer token)",
+           key="target.api_key_env", always=True),
+    Option("--endpoint", "chat", Choice(("chat", "completions")),
+           "chat: /v1/chat/completions, completions: /v1/completions"),
+    Option("--no-stream", False, Switch(), "send non-streaming requests (TTFT then equals E2E)"),
+    Option("--workload", "D(128,64)",
+           Spec(_text(parse_workload), "D(128,64)", numbers=False, in_file="is not a valid workload: {error}"),
+           "length mix: D(in,out), N(m,sd)/(m,sd), U(a,b)/(a,b), weighted sums, dataset:PATH.jsonl",
+           key="workload", always=True),
+    Option("--turns", "1", Spec(partial(parse_spread, integer=True), "3 or U(2,5)"),
+           "sessions: turns per conversation, N or U(a,b) (1: single requests)", key="turns"),
+    Option("--think-time", "0", Spec(parse_spread, "2 or exp(2)"),
+           f"sessions: seconds between a reply and the next user turn: {_SPREAD}", key="think_time"),
+    Option("--history", "full", Spec(_text(parse_history), "full or window:4"),
+           "sessions: each turn resends the whole conversation (full) or its last N turns (window:N)",
+           key="history"),
+    Option("--followup-workload", "", Spec(_text(parse_followup), "D(64,128)"),
+           "sessions: length mix of the turns after the first (default: --workload)",
+           key="followup_workload"),
+    Option("--tool-rate", 0.0, Fraction(0.3, "three turns in ten"),
+           "agents: fraction of turns whose request offers tools; a tool call is answered after --tool-latency",
+           key="tool_rate"),
+    Option("--tool-latency", "0.5", Spec(parse_spread, "0.5 or U(0.2,1)"),
+           f"agents: seconds a tool takes before its result is sent: {_SPREAD}", key="tool_latency"),
+    Option("--steps", "1,2,4,8", Levels(parse_steps, "concurrencies", "integers >= 1", "[1, 2, 4]"),
+           "comma-separated target concurrencies, one step each", key="steps", always=True),
+    Option("--rates", "",
+           Levels(parse_rates, "requests/s", "numbers > 0 (requests/s)", "[0.5, 1, 2]"),
+           "open loop: comma-separated arrival rates (requests/s), one step each, instead of --steps",
+           key="rates", always=True),
+    Option("--arrival", "poisson", Checked(parse_arrival, "{problem}, not {value!r}"),
+           "open loop: arrival process of --rates: poisson, constant or gamma:CV (CV > 1 is burstier)",
+           key="arrival", needs="rates"),
+    Option("--max-concurrency", 0, Count(minimum=0),
+           "open loop: cap on requests in flight across all workers (0: no cap)",
+           key="max_concurrency", needs="rates"),
+    Option("--over-cap", "wait", Choice(("wait", "drop")),
+           "open loop: an arrival over --max-concurrency waits for a slot, or is dropped (counted)",
+           key="over_cap", needs="rates"),
+    Option("--search", "off", Choice(("off", "concurrency", "rate")),
+           "capacity search: --steps (concurrency) or --rates (rate) until --slo fails, then bisect",
+           key="search"),
+    Option("--slo", "", Checked(check_slo, "is not a valid SLO: {error}"),
+           "SLO the capacity search judges each level by, e.g. ttft_p99=0.5,tpot_p50=0.05 (recorded in the manifest)",
+           key="slo", always=True),
+    Option("--search-precision", 0.05, Fraction(0.05, closed=False),
+           "capacity search: stop bisecting when the failing level is within this fraction of the passing one",
+           key="search_precision", needs="search"),
+    Option("--search-min-requests", 100, Count(minimum=1),
+           "capacity search: a level runs until this many requests finished (at most 4x --step-duration)",
+           key="search_min_requests", needs="search"),
+    Option("--step-duration", 30.0, Seconds(),
+           "seconds each step runs after its users have spawned (includes the warmup)",
+           key="step_duration", always=True),
+    Option("--step-warmup", 5.0, Seconds(positive=False),
+           "seconds at the start of each step kept out of its statistics",
+           key="step_warmup", always=True),
+    Option("--cold-requests", 3, Count(minimum=0),
+           "first requests of the run, at concurrency 1, flagged cold and kept apart (0: none)",
+           key="cold_requests", always=True),
+    Option("--events-uri", "file://./runs", Checked(check_events_uri, "{error}"),
+           "where events go: s3://bucket/prefix, file:///path or a path",
+           key="events_uri", in_files="runs", always=True),
+    Option("--run-id", "", Checked(parse_run_id), "run identifier (default: generated, time-ordered)"),
+    Option("--request-timeout", 600.0, Seconds(), "seconds a whole request may take"),
+    Option("--ttft-timeout", 0.0, Seconds(positive=False),
+           "seconds to wait for the first token (0: only the request timeout)"),
+    Option("--stall-timeout", 60.0, Seconds(positive=False),
+           "seconds without any byte after the first token before a stream counts as stalled"),
+    Option("--connect-timeout", 10.0, Seconds(), "seconds to open a connection"),
+    Option("--tokenizer", "", Kind(),
+           "tokenizer directory, tokenizer.json or name: exact prompt lengths, token counts"),
+    Option("--seed", 0, Count(), "seed for workload sampling and prompts"),
+    Option("--ignore-eos", "auto", _AUTO,
+           "send ignore_eos to force output lengths (auto: probe whether the server accepts it)"),
+    Option("--continuous-usage", "auto", _AUTO,
+           "ask for usage in every event (auto: probe whether the server accepts it)"),
+    Option("--cancel-rate", 0.0, Fraction(0.1, "one in ten"),
+           "fraction of requests the client cancels on purpose (0-1)"),
+    Option("--cancel-after-tokens", 1, Count(minimum=1),
+           "output tokens after which a cancelled request disconnects"),
+    Option("--extra-body", "", Json('{"temperature": 0}'), "JSON object merged into every request body"),
+    Option("--shared-prefix-tokens", 0, Count(minimum=0),
+           "tokens of prompt prefix shared by all requests (prefix-cache experiments)"),
+    Option("--store-prompts", False, Switch(),
+           "store prompt text in the events (default: length and SHA-256 only)"),
+    Option("--spool-dir", "", Kind(), "local spool for event parts (default: system temp)"),
+    Option("--finish-timeout", 120.0, Seconds(),
+           "seconds the master waits for workers to flush their events at the end"),
+    Option("--metadata", "", Json('{"hardware": "1x H100 80GB"}'),
+           "JSON object of run facts (hardware, revision, launch_args...) added to the manifest config"),
+    Option("--scrape-interval", 2.0, Seconds(positive=False),
+           "seconds between scrapes of the target's Prometheus /metrics by the master (0: off)"),
+    Option("--wait-ready", 0.0, Seconds(positive=False),
+           "seconds to wait for a target that is still starting (0: it must answer at once, within --connect-timeout)"),
+    Option("--gc-freeze", "on", _ON_OFF,
+           "freeze start-up objects out of the garbage collector (gc.freeze) so full collections during the run stay short"),
+    Option("--report-dir", "", Kind(),
+           "headless: write the report here at the end of the run; web UI: one folder per run here (default: a temporary folder)"),
+)  # fmt: skip
+
+OPTION: Mapping[str, Option] = {option.name: option for option in TABLE}
+"""The options by name (the attribute on Locust's parsed options)."""
+
+OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    (option.flag, {"env_var": option.env_var, **option.arguments()}) for option in TABLE
+]
+"""(flag, add_argument keywords) of every option, as Locust's parser gets them."""
+
+
+def add_arguments(parser: Any) -> None:
+    """Register the options on Locust's parser (the init_command_line_parser event)."""
+    for flag, kwargs in OPTIONS:
+        parser.add_argument(flag, include_in_web_ui=True, **kwargs)
+
+
+def command_line(settings: Mapping[str, Any]) -> list[str]:
+    """The flags that give `settings` (values by option name, as a campaign holds them) to a
+    Locust master: empty values left out, the others as Option says."""
+    args: list[str] = []
+    for option in TABLE:
+        value = settings.get(option.name, "")
+        if value in ("", ()):
+            continue
+        if option.needs is not None:
+            needed = OPTION[option.needs]
+            passed = settings[needed.name] != needed.file_default
+        else:
+            passed = option.always or value != option.file_default
+        if passed:
+            args += [option.flag, as_arg(value)]
+    return args
