@@ -1,4 +1,4 @@
-"""The master's side of a run: run id, manifest, step broadcasts, and the end handshake.
+"""One run on the master: the manifest, step broadcasts, and the end handshake.
 
 At test_start the master picks the run id (sent to workers with the spawn message's
 options), looks at the target (`/v1/models`, `/version`, headers: is it simulated?) and
@@ -7,11 +7,9 @@ broadcast and written to the manifest. At test_stop the master asks every worker
 flush its events and acknowledge (`llmload_finish` → `llmload_finished` with the sink's
 report), waits up to `--finish-timeout`, and writes the final manifest.
 
-Worker clocks: at each worker's hello (a burst of CLOCK_BURST exchanges) and then every
-CLOCK_INTERVAL_S, the master sends `llmload_clock` with its wall time t1; the worker answers
-`llmload_clock_reply` with t1 and its own wall time t2 at receipt; the master notes t4 at
-receipt. offset = t2 - (t1 + t4) / 2, round trip = t4 - t1; the sample with the smallest
-round trip is kept and written to the manifest (`workers[].clock_offset_ms`, `clock_rtt_ms`).
+Worker clocks are measured by WorkerClocks (locustfiles/master/clocks.py); the run id is chosen
+by MasterSide (locustfiles/master/side.py); the target is looked at by probe_target
+(locustfiles/master/target.py).
 Probes (the master's and the workers', `llmload_probes`) are listed under `probes`.
 """
 
@@ -22,9 +20,7 @@ import os
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import gevent
@@ -32,11 +28,11 @@ import gevent.event
 
 from analysis.storage import ObjectStore, open_store
 from locustfiles.live.board import Board
+from locustfiles.master.clocks import WorkerClocks
 from locustfiles.master.search import plan_for
 from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
 from locustfiles.master.staircase import Staircase
-from locustfiles.request.client import new_pool
-from locustfiles.request.exchange import Reply
+from locustfiles.master.target import probe_target
 from locustfiles.run.manifest import (
     ProbeRecord,
     RunManifest,
@@ -45,64 +41,12 @@ from locustfiles.run.manifest import (
     write_manifest,
 )
 from locustfiles.run.options import ChatOptions
-from locustfiles.run.probe import send_probe
-from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET, MSG_FINISH, MSG_STEP
+from locustfiles.run.protocol import MSG_FINISH, MSG_STEP
 
 log = logging.getLogger("llmload.master")
 
-CLOCK_BURST = 5  # exchanges right after a worker's hello
-CLOCK_BURST_GAP_S = 0.02  # between them: one exchange at a time, none queued behind another
-CLOCK_INTERVAL_S = 10.0  # then one exchange per worker this often while the run goes
 DRAIN_TIMEOUT_S = 600.0  # a paused search waits at most this long for requests to end
 SINK_ERRORS_KEPT = 5  # first messages of a worker's sink report kept in the manifest
-
-
-def new_run_id() -> str:
-    """Time-ordered and unique: 20261129T153012Z-1a2b3c."""
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-
-
-def probe_target(
-    host: str,
-    api_key: str | None = None,
-    timeout: float = 5.0,
-    probes: list[ProbeRecord] | None = None,
-) -> dict[str, Any]:
-    """What the master can learn of the target without load (never raises).
-
-    Each request carries its own `X-Request-Id: probe-<hex>` and is appended to `probes`.
-    """
-    info: dict[str, Any] = {"url": host, "model": None, "simulated": False,
-                            "server_version": None, "server_header": None}  # fmt: skip
-    base = host.rstrip("/")
-    noted = probes if probes is not None else []
-    pool = new_pool()
-
-    def get(path: str, purpose: str) -> Reply:
-        sent = send_probe(pool, purpose, "GET", base + path, api_key=api_key, timeout=timeout)
-        noted.append(sent.record)
-        return sent.reply
-
-    try:
-        models = get("/v1/models", "target_models")
-        info["server_header"] = models.headers.get("server")  # none without an answer
-        if models.headers.get("x-llmload-simulated", "").lower() == "true":
-            info["simulated"] = True
-        doc = models.json()
-        data = doc.get("data") if isinstance(doc, dict) else None
-        if not isinstance(doc, dict):
-            log.warning("llmload: could not list models at %s/v1/models", base)
-        elif isinstance(data, list) and data and isinstance(data[0], dict):
-            info["model"] = data[0].get("id")
-        version = get("/version", "target_version")
-        body = version.json()
-        if version.status is not None and version.status < 400 and isinstance(body, dict):
-            info["server_version"] = str(body.get("version"))
-            if body.get("simulated"):
-                info["simulated"] = True
-    finally:
-        pool.clear()
-    return info
 
 
 class RunCoordinator:
@@ -159,9 +103,8 @@ class RunCoordinator:
         self._started = False
         self.finished_at: int | None = None
         self.server_metrics: ServerMetricsScraper | None = None
-        self.clocks: dict[str, tuple[int, int]] = {}  # client id -> (offset, round trip) ns
+        self.worker_clocks = WorkerClocks(runner.send_message)
         self.probes: dict[str, ProbeRecord] = {}  # request id -> probe (master's and workers')
-        self._clock_loop: gevent.Greenlet | None = None
 
     # -- steps -------------------------------------------------------------------------
     def tick(self) -> tuple[int, float] | None:
@@ -177,7 +120,7 @@ class RunCoordinator:
             self._write()
             self._start_server_metrics()
             if self.distributed:
-                self._clock_loop = gevent.spawn(self._measure_clocks_periodically)
+                self.worker_clocks.start(lambda: self.workers)
         return self.staircase.tick()
 
     def _start_server_metrics(self) -> None:
@@ -285,7 +228,7 @@ class RunCoordinator:
 
     def on_hello(self, client_id: str, data: dict[str, Any]) -> None:
         self.workers[client_id] = data
-        gevent.spawn(self._clock_burst, client_id)  # handlers must return at once
+        gevent.spawn(self.worker_clocks.burst, client_id)  # handlers must return at once
 
     def on_finished(self, client_id: str, data: dict[str, Any]) -> None:
         self.finished[client_id] = data
@@ -305,50 +248,13 @@ class RunCoordinator:
             self.probes.setdefault(record.request_id, record)
 
     # -- worker clocks -----------------------------------------------------------------
-    def ping_clock(self, client_id: str) -> None:
-        """One exchange: the worker answers with its time at receipt (on_clock_reply)."""
-        self.environment.runner.send_message(MSG_CLOCK, {"t1": time.time_ns()}, client_id=client_id)
+    @property
+    def clocks(self) -> dict[str, tuple[int, int]]:
+        """Each worker's best (offset, round trip) in ns (locustfiles/master/clocks.py)."""
+        return self.worker_clocks.best
 
     def on_clock_reply(self, client_id: str, data: dict[str, Any], t4: int | None = None) -> None:
-        """NTP-style: offset = t2 - (t1 + t4) / 2; keep the sample with the smallest round trip.
-
-        `t4`: the master's wall time when the reply arrived (now, if not given)."""
-        t4 = time.time_ns() if t4 is None else t4
-        try:
-            t1, t2 = int(data["t1"]), int(data["t2"])
-        except (KeyError, TypeError, ValueError):
-            return
-        rtt = t4 - t1
-        if rtt < 0:
-            return  # the master's clock stepped back during the exchange
-        best = self.clocks.get(client_id)
-        if best is None or rtt < best[1]:
-            self.clocks[client_id] = (t2 - (t1 + t4) // 2, rtt)
-            try:  # the worker sends open-loop arrivals on the master's time (steps.StepState)
-                self.environment.runner.send_message(
-                    MSG_CLOCK_OFFSET, {"offset_ns": self.clocks[client_id][0]}, client_id=client_id
-                )
-            except Exception:  # Locust's RPCError: the next better sample sends it again
-                log.warning("llmload: could not send worker %s its clock offset", client_id)
-
-    def _clock_burst(self, client_id: str) -> None:
-        for i in range(CLOCK_BURST):
-            if i:
-                gevent.sleep(CLOCK_BURST_GAP_S)
-            self._ping_safely(client_id)
-
-    def _measure_clocks_periodically(self) -> None:
-        while True:
-            gevent.sleep(CLOCK_INTERVAL_S)
-            for client_id in list(self.workers):
-                self._ping_safely(client_id)
-
-    def _ping_safely(self, client_id: str) -> None:
-        try:
-            self.ping_clock(client_id)
-        except Exception:  # Locust's RPCError (importing locust here would monkey-patch):
-            # a lost exchange is only a missing sample, never a reason to stop measuring
-            log.warning("llmload: clock exchange with worker %s failed", client_id, exc_info=True)
+        self.worker_clocks.on_reply(client_id, data, t4)
 
     def finish(self, local_report: dict[str, Any] | None = None) -> dict[str, Any]:
         """End handshake (distributed) then the final manifest. Returns it (once: a second
@@ -360,8 +266,7 @@ class RunCoordinator:
         self.staircase.stop()
         if self.server_metrics is not None:
             self.server_metrics.stop()
-        if self._clock_loop is not None:
-            self._clock_loop.kill(block=False)
+        self.worker_clocks.stop()
         if local_report is not None:
             self.finished["local"] = local_report
             self.workers.setdefault("local", local_report)

@@ -12,18 +12,25 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import gevent
 
 from analysis.errors import UsageError
 from locustfiles.live.board import Board
-from locustfiles.master.coordinator import RunCoordinator, new_run_id
+from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.options import from_parsed
 
 log = logging.getLogger("llmload.master")
+
+
+def new_run_id() -> str:
+    """Time-ordered and unique: 20261129T153012Z-1a2b3c."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
 class MasterSide:

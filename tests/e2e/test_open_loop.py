@@ -138,7 +138,7 @@ def test_a_worker_that_joins_gets_a_share_at_the_next_step(tmp_path: Path) -> No
     import time
 
     from infra.ports import free_port
-    from tests.support.chat import BIN, LOCUSTFILE, start_worker
+    from tests.support.chat import BIN, LOCUSTFILE, reap, start_worker
 
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -163,7 +163,7 @@ def test_a_worker_that_joins_gets_a_share_at_the_next_step(tmp_path: Path) -> No
                 try:
                     proc.communicate(timeout=20)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    reap(proc)
         truth = sim.truth()
         del time
     assert master.returncode == 0, master.stderr[-3000:]

@@ -25,6 +25,7 @@ from tests.support.chat import (
     LOCUSTFILE,
     ROOT,
     LocustResult,
+    reap,
     start_master,
     start_sim,
     start_worker,
@@ -60,9 +61,7 @@ def test_a_worker_without_its_tokenizer_stops_the_run_naming_it(tmp_path: Path) 
             worker_out = [w.communicate(timeout=30)[0] for w in workers]
         finally:
             for proc in (master, *workers):
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(10)
+                reap(proc)  # its pipe too, whatever happened above
     errors = [line for line in out.splitlines() if line.startswith("llmload: error:")]
     assert master.returncode == 2, out
     assert len(errors) == 1, out

@@ -13,7 +13,7 @@ import pytest
 import urllib3
 
 from infra.ports import free_port
-from locustfiles.master.coordinator import probe_target
+from locustfiles.master.target import probe_target
 from locustfiles.request.client import Limits, new_pool
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.probe import send_probe, send_stream_probe

@@ -123,6 +123,17 @@ class LocustResult:
         return read("requests"), read("chunks"), manifest
 
 
+def reap(proc: subprocess.Popen[str], timeout: float = 10) -> str:
+    """Kill `proc` if it still runs, wait for it and close its pipes; returns what it had
+    still to say. A pipe left open (a process killed, or waited for, after a failed check)
+    is closed by the garbage collector at some later moment, and its ResourceWarning then
+    fails whichever test is running (filterwarnings = error)."""
+    if proc.poll() is None:
+        proc.kill()
+    out, _ = proc.communicate(timeout=timeout)
+    return out or ""
+
+
 def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     """Poll `check` every 0.1 s until it returns something true (returned), or fail after
     `timeout` s naming `what`."""

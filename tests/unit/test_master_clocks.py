@@ -12,8 +12,9 @@ from typing import Any
 import gevent
 import pytest
 
-from locustfiles.master import coordinator as master
-from locustfiles.master.coordinator import CLOCK_BURST, RunCoordinator
+from locustfiles.master import clocks
+from locustfiles.master.clocks import CLOCK_BURST
+from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.run.options import OPTIONS, from_parsed
 from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET
 
@@ -88,7 +89,7 @@ def wait_for_pings(runner: FakeRunner, n: int) -> list[tuple[int, str | None]]:
 def test_after_the_burst_the_master_measures_periodically_and_keeps_the_best(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(master, "CLOCK_INTERVAL_S", 0.05)
+    monkeypatch.setattr(clocks, "CLOCK_INTERVAL_S", 0.05)
     c, runner = coordinator(tmp_path, scrape_interval=0)
     c.on_hello("client-1", {"worker_id": "w1", "host": "h", "pid": 7})
     burst = wait_for_pings(runner, CLOCK_BURST)
