@@ -201,6 +201,7 @@ def socket_reader(sock: Any) -> Reader:
     """Reads from the socket with kernel receive timestamps where the platform has them."""
     if SO_TIMESTAMPNS is None or isinstance(sock, ssl.SSLSocket):
         return _timed(sock.recv)
+    kernel_skew_ns()  # the first response of a process: the kernel stamps arrivals from now
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
@@ -226,6 +227,8 @@ def socket_reader(sock: Any) -> Reader:
 
 
 _kernel_skew: list[int] = []
+_stamping: list[socket.socket] = []  # this process's socket that keeps the kernel stamping
+STAMPING_WAIT_S = 2.0  # how long the first measurement waits for the kernel to stamp arrivals
 
 
 def kernel_skew_ns() -> int:
@@ -236,35 +239,64 @@ def kernel_skew_ns() -> int:
     otherwise move every kernel receive timestamp by the shift. Measured once: the smallest
     difference between time_ns() just after a loopback datagram's read and the kernel's
     timestamp of it, over a few tries (a datagram is read microseconds after it arrives).
+
+    The first call also makes sure the kernel stamps arrivals from then on. Linux stamps
+    received packets only while some socket asks for it, and turns that on for the whole
+    system asynchronously (a deferred work item), a little after the first socket asks: a
+    response whose bytes arrived in that gap would carry the time they were read, not the
+    time they arrived. So the measuring socket stays open for the life of the process, and
+    the call waits (at most STAMPING_WAIT_S) until a datagram read late shows its arrival.
+    The worker calls this at start, before its first request.
     """
     if not _kernel_skew:
         _kernel_skew.append(_measure_kernel_skew())
     return _kernel_skew[0]
 
 
+def _stamp_of(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(payload)
+            return int(sec * 1_000_000_000 + nsec)
+    return None
+
+
 def _measure_kernel_skew(tries: int = 5) -> int:
     if SO_TIMESTAMPNS is None:
         return 0
     best: int | None = None
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        with (
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
-        ):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             rx.bind(("127.0.0.1", 0))
             rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             rx.settimeout(1.0)
-            for _ in range(tries):
+
+            def late_by(wait_s: float) -> int | None:
+                """A datagram read `wait_s` after it was sent: read time minus its stamp."""
                 tx.sendto(b"t", rx.getsockname())
+                if wait_s:
+                    time.sleep(wait_s)
                 _, ancdata, _, _ = rx.recvmsg(16, _ANC_SIZE)
                 wall = _time_ns()
-                for level, kind, payload in ancdata:
-                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                        sec, nsec = _TIMESPEC.unpack_from(payload)
-                        diff = wall - (sec * 1_000_000_000 + nsec)
-                        best = diff if best is None or abs(diff) < abs(best) else best
+                stamp = _stamp_of(ancdata)
+                return None if stamp is None else wall - stamp
+
+            for _ in range(tries):
+                diff = late_by(0)
+                if diff is not None and (best is None or abs(diff) < abs(best)):
+                    best = diff
+            # stamping is on once a datagram read 2 ms late shows that it waited (a stamp
+            # taken at the read would show no wait, whatever the clocks' skew)
+            deadline = time.monotonic() + STAMPING_WAIT_S
+            while best is not None and time.monotonic() < deadline:
+                waited = late_by(0.002)
+                if waited is not None and waited - best >= 1_000_000:
+                    break
     except OSError:
+        rx.close()
         return 0
+    _stamping.append(rx)
     if best is None or abs(best) < 1_000_000:  # under 1 ms: the same clock, read late
         return 0
     return best
