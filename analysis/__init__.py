@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from analysis.build import build_report
     from analysis.compare import Comparison, compare_runs, compare_summaries
+    from analysis.completeness import Completeness
     from analysis.errors import (
         EventDataError,
         InvalidTimelineError,
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
         SchemaVersionError,
         UsageError,
     )
-    from analysis.load import Completeness, RunData, load_run
+    from analysis.load import RunData, load_run
     from analysis.metrics import RequestMetrics, Samples, compute_request_metrics
     from analysis.report import Report, summarize_run
     from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION
@@ -56,7 +57,7 @@ __all__ = [
 _HOME = {
     "CHUNKS_SCHEMA": "analysis.schema",
     "Comparison": "analysis.compare",
-    "Completeness": "analysis.load",
+    "Completeness": "analysis.completeness",
     "DistributionSummary": "analysis.stats",
     "EventDataError": "analysis.errors",
     "InvalidTimelineError": "analysis.errors",

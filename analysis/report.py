@@ -26,8 +26,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from analysis.clocks import clock_warnings
+from analysis.completeness import Completeness
 from analysis.errors import UsageError
-from analysis.load import Completeness, RunData
+from analysis.load import RunData
 from analysis.metrics import compute_request_metrics
 from analysis.search import SearchSummary, summarize_search
 from analysis.server_metrics import ServerMetrics
