@@ -22,7 +22,8 @@ METADATA_KEY: Final = b"llmload.schema_version"
 
 STATUSES: Final = ("ok", "error", "cancelled", "aborted", "dropped")
 """`dropped` (1.2): an open-loop arrival not sent because `--max-concurrency` requests were in
-flight and `--over-cap drop` was chosen; it has no response times."""
+flight and `--over-cap drop` was chosen, or due before the run stopped and not yet sent by its
+worker (behind its schedule); it has no response times."""
 TOKEN_SOURCES: Final = ("usage", "tokenizer", "events")
 TURN_KINDS: Final = ("user", "tool_result")
 """1.3: a session's turn is a new user message, or the result of the previous turn's tool call."""

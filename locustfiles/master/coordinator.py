@@ -97,6 +97,7 @@ class RunCoordinator:
         self.finished: dict[str, dict[str, Any]] = {}
         self._all_finished = gevent.event.Event()
         self._expected: set[str] = set()
+        self._failed: set[str] = set()  # workers that could not start (they quit on their own)
         self.manifest = RunManifest(
             run_id, config=options.config(), target={"url": environment.host}
         )
@@ -230,6 +231,13 @@ class RunCoordinator:
         self.workers[client_id] = data
         gevent.spawn(self.worker_clocks.burst, client_id)  # handlers must return at once
 
+    def worker_failed(self, client_id: str) -> None:
+        """A worker cannot start: the run ends at the next tick (the shape's end does the
+        finish handshake before any worker is told to quit); that worker quits on its own,
+        so its confirmation is not awaited."""
+        self._failed.add(client_id)
+        self.staircase.stop()
+
     def on_finished(self, client_id: str, data: dict[str, Any]) -> None:
         self.finished[client_id] = data
         self.workers.setdefault(client_id, data)
@@ -273,7 +281,8 @@ class RunCoordinator:
             self.clocks["local"] = (0, 0)  # one process, one clock
             self.add_probes(local_report.get("probes") or [])
         else:
-            self._expected = {c.id for c in runner.clients.all if c.state != "missing"}
+            clients = {c.id for c in runner.clients.all if c.state != "missing"}
+            self._expected = clients - self._failed
             runner.send_message(MSG_FINISH, {"run_id": self.run_id})
             if self._expected and not self._expected <= set(self.finished):
                 self._all_finished.wait(self.options.finish_timeout)

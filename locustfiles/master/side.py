@@ -125,4 +125,16 @@ class MasterSide:
             flush=True,
         )
         self.environment.process_exit_code = 2
-        gevent.spawn(self.environment.runner.quit)
+        runner = self.environment.runner
+        shape = getattr(runner, "shape_greenlet", None)
+        if self.coordinator is None or shape is None:  # no run going: nothing to finish
+            gevent.spawn(runner.quit)
+            return
+        # End the run through the shape, whose next tick returns None: Locust then stops it in
+        # the shape greenlet, and the finish handshake runs before any worker is told to quit.
+        # Quitting from here would kill the shape greenlet; Locust's main would then send every
+        # worker `quit` before the handshake, and the master would wait --finish-timeout for
+        # confirmations that never come.
+        self.coordinator.worker_failed(msg.node_id)
+        if not getattr(self.environment.parsed_options, "headless", False):
+            shape.link(lambda _: gevent.spawn(runner.quit))  # the shape only stops a web UI run

@@ -15,15 +15,17 @@ Requests still in flight at a step change finish under their own step. A capacit
 pauses the workers after a rate level that missed the SLO (`StepState.paused`): nothing is
 sent, and each worker reports its requests in flight until the master starts the next
 level once they have all ended. At the end of the
-run (`stop`), requests in flight are recorded `aborted` and arrivals waiting for a slot
-`dropped`, before the sink closes.
+run (`stop`), requests in flight are recorded `aborted`, and arrivals waiting for a slot
+`dropped`, before the sink closes; so are the arrivals already due that this worker had
+not yet sent (behind its schedule, e.g. on a busy CPU, when the stop came): every arrival
+due before the stop has its row.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,7 @@ STOP_TIMEOUT_S = 10.0
 """How long `stop` waits for killed requests to record themselves."""
 IN_FLIGHT_REPORT_S = 0.25
 """While paused, how often a worker tells the master its requests in flight."""
+DUE_AT_STOP = "due but not yet sent when the run stopped (this worker was behind its schedule)"
 
 
 @dataclass(slots=True)
@@ -94,6 +97,9 @@ class Dispatcher:
         self._pools: list[Any] = []  # idle keep-alive connection pools, reused
         self._changed = gevent.event.Event()
         self._loop: gevent.Greenlet | None = None
+        # the arrival the schedule waits for: (plan, the rest of the share, index, intended)
+        self._next: tuple[_Plan, Iterator[tuple[int, float]], int, int] | None = None
+        self._unstarted: dict[tuple[int, int], Arrival] = {}  # spawned, not yet running
         self.stopped = False
         self.sent = 0
         self.dropped = 0
@@ -127,7 +133,9 @@ class Dispatcher:
             gevent.sleep(IN_FLIGHT_REPORT_S)
 
     def stop(self) -> None:
-        """End of the run: no more arrivals; requests in flight become `aborted` rows."""
+        """End of the run: no more arrivals; requests in flight become `aborted` rows, and
+        arrivals due by now but not sent (waiting for a slot, or not yet reached) `dropped`."""
+        stopped_at = time.time_ns()
         self.stopped = True
         if self.step.listeners and self._on_step in self.step.listeners:
             self.step.listeners.remove(self._on_step)
@@ -135,10 +143,30 @@ class Dispatcher:
             self._reporter.kill(block=False)
         if self._loop is not None:
             self._loop.kill(block=True, timeout=STOP_TIMEOUT_S)
+        self._drop_due(stopped_at)
         self.requests.kill(block=True, timeout=STOP_TIMEOUT_S)
+        for arrival in list(self._unstarted.values()):  # killed before they ran
+            self._drop(arrival, DUE_AT_STOP)
+        self._unstarted.clear()
         for pool in self._pools:
             pool.clear()
         self._pools.clear()
+
+    def _drop_due(self, stopped_at: int) -> None:
+        """The arrivals the schedule had not reached that were due by `stopped_at`."""
+        if self._next is None:
+            return
+        plan, rest, index, intended = self._next
+        self._next = None
+        while intended <= stopped_at:
+            if self.step.version != plan.version:
+                following = self._snapshot()
+                if following is None or intended >= following.starts_at_ns:
+                    return  # the next step's time: its arrivals, not these
+            self._drop(Arrival(plan.step, plan.rate, plan.max_concurrency, index, intended),
+                       DUE_AT_STOP)  # fmt: skip
+            index, offset_s = next(rest)
+            intended = plan.starts_at_ns + int(offset_s * 1e9)
 
     # -- the schedule ------------------------------------------------------------------
     def _snapshot(self) -> _Plan | None:
@@ -173,13 +201,17 @@ class Dispatcher:
         slots = gevent.lock.BoundedSemaphore(cap) if cap else None
         # intended times are wall ns on this worker's clock; the waits use the monotonic clock
         perf_origin = _perf_ns() - time.time_ns()
-        schedule = Schedule(plan.rate, plan.arrival, plan.seed, plan.step)
-        for index, offset_s in schedule.share(plan.position, plan.count):
+        share = Schedule(plan.rate, plan.arrival, plan.seed, plan.step).share(
+            plan.position, plan.count
+        )
+        for index, offset_s in share:
             intended = plan.starts_at_ns + int(offset_s * 1e9)
+            self._next = (plan, share, index, intended)
             while True:
                 if self.step.version != plan.version:
                     following = self._snapshot()
                     if following is None or intended >= following.starts_at_ns:
+                        self._next = None
                         return following
                 delay_ns = intended + perf_origin - _perf_ns()
                 if delay_ns <= 0:
@@ -189,13 +221,16 @@ class Dispatcher:
                 else:
                     self._changed.wait(delay_ns / 1e9)
                     self._changed.clear()
+            self._next = None
             arrival = Arrival(plan.step, plan.rate, plan.max_concurrency, index, intended)
+            self._unstarted[(plan.step, index)] = arrival
             self.requests.spawn(self._send, arrival, slots, plan.over_cap)
         return None  # an endless schedule: not reached
 
     # -- one arrival -------------------------------------------------------------------
     def _send(self, arrival: Arrival, slots: gevent.lock.BoundedSemaphore | None,
               over_cap: str) -> None:  # fmt: skip
+        self._unstarted.pop((arrival.step, arrival.index), None)  # it records itself now
         if slots is not None:
             if over_cap == "drop":
                 if not slots.acquire(blocking=False):

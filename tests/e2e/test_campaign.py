@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from analysis import load_run
-from tests.support.chat import start_sim, unseen_by_server
+from tests.support.chat import reap, start_sim, unseen_by_server
 from tests.support.store import S3Target
 
 LLMLOAD = str(Path(sys.executable).parent / "llmload")
@@ -172,7 +172,7 @@ def test_demo_prints_the_summary_and_stops_everything_it_started(tmp_path: Path)
     try:
         stdout, stderr = proc.communicate(timeout=60)
     finally:
-        proc.kill()
+        reap(proc)
         watcher.stop()
     assert proc.returncode == 0, stdout + stderr
     for kind in ("weed", " sim ", "--master", "--worker"):
@@ -198,7 +198,7 @@ def test_demo_interrupted_stops_everything_it_started(tmp_path: Path, sig: signa
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=45)
     finally:
-        proc.kill()
+        reap(proc)
         watcher.stop()
     assert proc.returncode == 130, stdout + stderr
     assert "--worker" in watcher.kinds()

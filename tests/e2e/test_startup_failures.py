@@ -73,6 +73,7 @@ def test_a_worker_without_its_tokenizer_stops_the_run_naming_it(tmp_path: Path) 
     worker_id = errors[0].split("worker ", 1)[1].split(" ", 1)[0]
     assert worker_id in worker_out[1]
     assert elapsed < 30, elapsed  # the run was planned for 2 x 60 s
+    assert "did not confirm their events" not in out  # the other worker's events: flushed
 
 
 def test_headless_refuses_a_target_that_does_not_answer_before_any_request(
