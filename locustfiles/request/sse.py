@@ -227,7 +227,7 @@ def socket_reader(sock: Any) -> Reader:
 
 
 _kernel_skew: list[int] = []
-_stamping: list[socket.socket] = []  # this process's socket that keeps the kernel stamping
+_stamping: list[int] = []  # the descriptor of this process's socket that keeps the kernel stamping
 STAMPING_WAIT_S = 2.0  # how long the first measurement waits for the kernel to stamp arrivals
 
 
@@ -296,7 +296,7 @@ def _measure_kernel_skew(tries: int = 5) -> int:
     except OSError:
         rx.close()
         return 0
-    _stamping.append(rx)
+    _stamping.append(rx.detach())  # open until the process exits (no socket object to collect)
     if best is None or abs(best) < 1_000_000:  # under 1 ms: the same clock, read late
         return 0
     return best

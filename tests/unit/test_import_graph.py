@@ -136,6 +136,14 @@ def test_wrong_way_names_the_arrow() -> None:
     assert wrong_way(graph) == ["locustfiles.request.client -> locustfiles.worker.context"]
 
 
+def run_python(code: str) -> None:
+    """Run `code` in a fresh interpreter (what it imports is all it has); fail with its stderr."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_protocol_does_not_import_the_master_and_chat_exports_the_shape() -> None:
     code = (
         "import sys, locust, locustfiles.run.protocol, locustfiles.worker.context\n"
@@ -145,10 +153,7 @@ def test_the_protocol_does_not_import_the_master_and_chat_exports_the_shape() ->
         "assert locustfiles.chat.StepShape is locustfiles.master.shape.StepShape\n"
         "assert 'StepShape' in locustfiles.chat.__all__\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
+    run_python(code)
 
 
 def test_every_rooms_public_face_resolves() -> None:
@@ -160,7 +165,4 @@ def test_every_rooms_public_face_resolves() -> None:
         "    for name in module.__all__:\n"
         "        getattr(module, name)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
+    run_python(code)
