@@ -178,3 +178,16 @@ def refuse_unreadable_requests(run_uri: str, keys: list[str], comp: Completeness
             f"{first}: {comp.corrupt_parts[first]}); check that the store holds the parts "
             "the workers wrote, or upload them again from their spool (llmload upload-spool)"
         )
+
+
+def refuse_all_missing(run_id: str, run_uri: str, comp: Completeness) -> None:
+    """A run whose every part the workers' indexes list is missing, with nothing read besides,
+    would be a report of zeros: refuse it, with the command that uploads the workers' spools.
+    """
+    expected = comp.parts_expected
+    if expected and len(comp.missing_parts) == expected and comp.parts_read == 0:
+        raise EventDataError(
+            f"run {run_id} at {run_uri}: all {expected} part(s) the workers' indexes list are "
+            "missing, so there is nothing to report; they may still wait in the workers' "
+            f"spools: on each worker's host run `{comp.upload_command}`, then report again"
+        )

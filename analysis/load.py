@@ -25,10 +25,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analysis.completeness import Completeness, note_unconfirmed, refuse_unreadable_requests
+from analysis.completeness import (
+    Completeness,
+    note_unconfirmed,
+    refuse_all_missing,
+    refuse_unreadable_requests,
+)
 from analysis.errors import SchemaVersionError, UsageError
 from analysis.layout import (
+    INDEX_FOLDER,
     MANIFEST_NAME,
+    SERVER_METRICS_FOLDER,
+    TABLE_NAMES,
     WorkerIndex,
     parse_index_key,
     parse_part_key,
@@ -194,6 +202,23 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
     return frame
 
 
+def _run_keys(store: ObjectStore) -> list[str]:
+    """The keys under a run's own folders (parts, indexes, server metrics): never a walk of
+    everything below the URI, which for `/` (an unset `$EVENTS/$RUN_ID`) is the whole disk."""
+    folders = (*TABLE_NAMES, INDEX_FOLDER, SERVER_METRICS_FOLDER)
+    return [o.key for folder in folders for o in store.list(f"{folder}/")]
+
+
+def _not_a_run(run_uri: str) -> str:
+    """The one line for a URI that holds no run, with a hint when it names no run id."""
+    path = run_uri.split("?", 1)[0].split("://", 1)[-1]
+    unset = "" if path.strip("/") else " (it names no run id: is a variable in it unset?)"
+    return (
+        f"no llmload run at {run_uri}{unset}: found no {MANIFEST_NAME} and no event parts; "
+        "RUN_URI is <events-uri>/<run_id>"
+    )
+
+
 def load_run(
     run_uri: str,
     *,
@@ -207,16 +232,18 @@ def load_run(
     reported in `completeness` and `warnings`.
     """
     store = open_store(run_uri)
-    manifest = _read_manifest(store)
-    listed = store.list("")
-    keys = [o.key for o in listed]
+    try:
+        manifest = _read_manifest(store)
+        keys = _run_keys(store)
+    except OSError as exc:  # a local path that cannot be read (permissions, not a folder)
+        raise UsageError(
+            f"cannot read the run at {run_uri}: {exc.strerror or exc}; "
+            "RUN_URI is <events-uri>/<run_id>"
+        ) from exc
     parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
     parts = list(parsed)
     if manifest is None and not parts:
-        raise UsageError(
-            f"no llmload run at {run_uri}: found no {MANIFEST_NAME} and no event parts; "
-            "RUN_URI is <events-uri>/<run_id>"
-        )
+        raise UsageError(_not_a_run(run_uri))
     warnings: list[str] = []
     if manifest is None:
         warnings.append(f"{MANIFEST_NAME} is missing: no run metadata and no step timeline")
@@ -298,6 +325,7 @@ def load_run(
         raise newer
     requests_parts = [k for k, p in parsed.items() if p.table == "requests"]
     refuse_unreadable_requests(run_uri, requests_parts, comp)
+    refuse_all_missing(run_id, run_uri, comp)
 
     requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
     chunks = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)

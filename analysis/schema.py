@@ -203,3 +203,13 @@ def version_of(schema: pa.Schema) -> str | None:
     meta = schema.metadata or {}
     raw = meta.get(METADATA_KEY)
     return raw.decode(errors="replace") if raw is not None else None
+
+
+def int_max(schema: pa.Schema, column: str) -> int:
+    """The largest value the integer `column` of `schema` holds (2**31 - 1 for an int32), so
+    that inputs are checked where they are read, not refused row by row by the sink."""
+    kind = schema.field(column).type
+    if not pa.types.is_integer(kind):
+        raise ValueError(f"column {column!r} is {kind}, not an integer")
+    bits = kind.bit_width
+    return 2**bits - 1 if pa.types.is_unsigned_integer(kind) else 2 ** (bits - 1) - 1

@@ -58,6 +58,22 @@ def join_uri(uri: str, *parts: str) -> str:
     return joined + (sep + query if sep else "")
 
 
+def expand_home(path: str, what: str) -> str:
+    """A local path with a leading `~` or `~user` made the home folder it names (as a shell
+    does, for paths a shell did not expand: quoted, `--flag=~/x`, env vars, config files).
+    UsageError naming `what` when it names no home (an unknown user)."""
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        user = path.split("/", 1)[0]
+        raise UsageError(
+            f"{what} {path}: {user} names no home folder (no such user); "
+            "give an absolute path or ~/..."
+        )
+    return expanded
+
+
 def open_store(uri: str) -> ObjectStore:
     """The store a URI names. Raises UsageError for a URI llmload cannot use."""
     if not uri or not uri.strip():
@@ -86,7 +102,7 @@ def open_store(uri: str) -> ObjectStore:
             f"events URI scheme {parsed.scheme!r} is not supported; "
             "use s3://bucket/prefix, file:///path or a plain path"
         )
-    return FileStore(Path(uri))
+    return FileStore(Path(expand_home(uri, "events URI")))
 
 
 def _clean_key(key: str) -> str:

@@ -22,9 +22,10 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRun
 from analysis.errors import LlmloadError
 from locustfiles.live import wiring as live_wiring
 from locustfiles.live.board import Board
-from locustfiles.master.preflight import form_namespace, preflight
+from locustfiles.master.preflight import form_namespace, preflight, run_id_taken
 from locustfiles.master.shape import StepShape
 from locustfiles.master.side import MasterSide
+from locustfiles.master.signals import SignalStop
 from locustfiles.request.client import new_pool
 from locustfiles.run import options as chat_options
 from locustfiles.run.protocol import (
@@ -155,7 +156,7 @@ def setup(environment: Any) -> Llmload:
             # a lost master: stop, flush, exit non-zero
             MasterWatch(environment, lambda: worker.context).start()
         environment.events.test_start.add_listener(lambda **_: worker.start())
-        environment.events.quitting.add_listener(lambda **_: worker.close())
+        environment.events.quitting.add_listener(lambda **_: worker.on_quitting())
         if getattr(runner, "worker_state", None) in (STATE_SPAWNING, STATE_RUNNING):
             # A worker that joins a running test connects before this init event: the
             # master's first spawn can come first, and test_start has then fired without
@@ -171,6 +172,10 @@ def setup(environment: Any) -> Llmload:
         environment.events.quitting.add_listener(lambda **_: master.finish(None))
     if master is not None and environment.parsed_options is not None:
         _add_live_views(environment, board)  # after _on_test_stop: the report needs the finish
+        parsed = environment.parsed_options
+        if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
+            # SIGTERM, SIGINT: stop, flush, exit 143/130 (the web UI keeps Locust's handling)
+            SignalStop(environment, master).install()
     return environment.llmload
 
 
@@ -181,7 +186,7 @@ def _preflight_at_start(environment: Any, master: MasterSide) -> None:
     try:
         options = chat_options.from_parsed(parsed)
         if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
-            run_id = master.choose_run_id(options.run_id)
+            run_id = master.choose_run_id(options.run_id, run_id_taken(options))
             probes = preflight(options, environment.host or "", run_id,
                                sends_requests=not isinstance(runner, MasterRunner))  # fmt: skip
             master.prepared(run_id, probes)
@@ -226,7 +231,7 @@ def _check_web_ui_starts(environment: Any, master: MasterSide) -> None:
         try:
             parsed = form_namespace(environment.parsed_options, request.form)
             options = chat_options.from_parsed(parsed)
-            run_id = master.choose_run_id(options.run_id)
+            run_id = master.choose_run_id(options.run_id, run_id_taken(options))
             probes = preflight(options, host, run_id,
                                sends_requests=not isinstance(environment.runner, MasterRunner))  # fmt: skip
         except LlmloadError as exc:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
 from analysis.errors import UsageError
-from locustfiles.run.kinds import Count, Kind, Seconds, Switch
-from locustfiles.run.parsers import has_step_objectives
+from locustfiles.run.kinds import Checked, Count, Kind, Seconds, Switch
+from locustfiles.run.parsers import base_url_problem, has_step_objectives, local_folder
 from locustfiles.run.rules import check_together
 from locustfiles.run.table import OPTION, TABLE
 from locustfiles.run.voice import FileVoice, shown
@@ -194,7 +194,7 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         worker_wait=top.get("worker_wait", Seconds(), Campaign.worker_wait),
         master_bind_host=top.get("master_bind_host", Kind(), Campaign.master_bind_host),
         master_port=top.get("master_port", Count(minimum=0, maximum=65535), Campaign.master_port),
-        report_dir=top.get("report_dir", Kind(), Campaign.report_dir),
+        report_dir=top.get("report_dir", Checked(local_folder("report_dir")), Campaign.report_dir),
         engine=engine,
         extra=top.extra("extra"),
     )
@@ -277,6 +277,10 @@ class _Section:
             self.fail(key, "is required: the server's base URL, e.g. http://127.0.0.1:8000")
         if not re.match(r"^https?://[^/\s]+", value):
             self.fail(key, f"must be an http:// or https:// base URL, not {value!r}")
+        found = base_url_problem(value)  # a path or a query: refused as `--host` refuses it
+        if found is not None:
+            fix = f"{key}: {found[1]!r}, " if found[1] else ""
+            self.fail(key, f"{found[0]}: {fix}not {value!r}")
         return str(value).rstrip("/")
 
     def name(self, key: str, default: str) -> str:

@@ -32,11 +32,12 @@ from typing import Any, Final
 import locustfiles
 from analysis.errors import LlmloadError
 from analysis.report import Report
-from analysis.storage import join_uri
+from analysis.storage import join_uri, open_store
 from infra.campaign.config import Campaign, NamedWorkload
 from infra.campaign.procs import Children
 from infra.campaign.report import level_text, report_run, search_block, search_line
 from infra.ports import free_port
+from locustfiles.run.manifest import run_taken
 from locustfiles.run.table import command_line
 
 LOCUSTFILE = Path(locustfiles.__file__).parent / "chat.py"
@@ -90,7 +91,8 @@ def run_campaign(
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     results = []
     for workload in campaign.workload:
-        run_id = new_run_id(campaign, workload)
+        with scoped_environ(env or {}):
+            run_id = free_run_id(campaign, workload)
         out_dir = out_root / run_id
         run_uri = join_uri(campaign.events_uri, run_id)
         status = run_workload(campaign, workload, run_id, out_dir / "logs", child_env, echo)
@@ -122,6 +124,21 @@ def new_run_id(campaign: Campaign, workload: NamedWorkload) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     suffix = f"-{workload.name}" if len(campaign.workload) > 1 else ""
     return f"{campaign.name}-{stamp}-{uuid.uuid4().hex[:6]}{suffix}"
+
+
+def free_run_id(campaign: Campaign, workload: NamedWorkload, tries: int = 100) -> str:
+    """A new run id that no run in the events store holds (a run id names one run).
+
+    Where the store cannot say, the id is used: the master's preflight reports the store."""
+    run_id = new_run_id(campaign, workload)
+    for _ in range(tries):
+        try:
+            if not run_taken(open_store(campaign.events_uri), run_id):
+                break
+        except (LlmloadError, OSError):
+            break
+        run_id = new_run_id(campaign, workload)
+    return run_id
 
 
 def run_workload(

@@ -12,7 +12,8 @@ Along the way it learns the model id, the context length, the server version, wh
 server labels itself simulated and whether it accepts `ignore_eos`.
 
 A check's status is `pass`, `fail` or `skip` (could not be judged: the reason says why);
-`report.ok` is true when no required check failed. Failures are results, not exceptions.
+`report.ok` is true when no required check failed. Failures are results, not exceptions,
+except bad input: a `--model` the server refuses and does not list raises UsageError.
 """
 
 from __future__ import annotations
@@ -153,6 +154,21 @@ class Checker:
             length = chosen.get("max_model_len")
             learned.max_model_len = length if isinstance(length, int) and length > 0 else None
         return answer
+
+    def check_model(self, models: Answer) -> None:
+        """A --model that `/v1/models` answered without listing, and that a one-token request
+        is refused for (4xx), is bad input: UsageError naming the models served (as the run's
+        preflight, locustfiles/master/preflight.py)."""
+        from analysis.errors import UsageError
+        from locustfiles.master.preflight import refused_model, served_models, unknown_model
+
+        model = self.config.model
+        served = served_models(models.body) if models.ok else []
+        if not model or not served or model in served:
+            return
+        answer = self.target.post(self.config.path, self.body(PROMPT, 1, False))
+        if refused_model(answer.status):
+            raise UsageError(unknown_model(model, served, self.target.base))
 
     def learn_version(self) -> None:
         for path in ("/version", "/info"):  # vLLM and the simulator; TGI
@@ -408,6 +424,7 @@ def run_checks(config: CheckConfig) -> CheckReport:
         rest = ("streaming", "bad input", "cancellation")
         checks += [CheckResult(n, "skip", "server unreachable") for n in rest]
         return report
+    checker.check_model(models)
     checker.learn_version()
     checks.append(checker.non_streaming())
     checks.append(checker.streaming())

@@ -36,10 +36,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from infra.campaign import load_campaign, run_campaign
+    from infra.campaign.extra import check_extra
     from infra.campaign.procs import sigterm_interrupts
     from infra.campaign.report import describe, failing_steps
 
     campaign = load_campaign(args.config)
+    check_extra(campaign.extra, str(args.config))  # Locust's parser, before anything starts
     if args.validate:
         names = ", ".join(w.name for w in campaign.workload)
         print(f"{args.config}: valid ({len(campaign.workload)} workload(s): {names})")

@@ -26,8 +26,9 @@ def register(sub: Any) -> None:
         ),
     )
     parser.add_argument(
-        "url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000"
-    )
+        "url", metavar="URL",
+        help="the server's base URL, without /v1 or any other path, e.g. http://127.0.0.1:8000",
+    )  # fmt: skip
     parser.add_argument("--model", default=None, help="model id (default: first id of /v1/models)")
     parser.add_argument(
         "--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
@@ -54,7 +55,7 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _base_url(url: str) -> str:
+def _http_url(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(
@@ -64,8 +65,18 @@ def _base_url(url: str) -> str:
         parts.port  # noqa: B018 (raises ValueError for a bad port)
     except ValueError:
         raise UsageError(f"URL {url!r} has an invalid port") from None
-    base = url.rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def _base_url(url: str, endpoint: str) -> str:
+    """The server's base URL: refused with a path or a query, as `locust --host` is."""
+    from locustfiles.run.parsers import base_url_problem
+
+    _http_url(url)
+    adds = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    found = base_url_problem(url, adds)
+    if found is not None:
+        raise UsageError(f"URL {url!r} {found[0]}: llmload check {found[1]}")
+    return url.rstrip("/")
 
 
 def _positive(name: str, value: float | None) -> None:
@@ -77,7 +88,7 @@ def _positive(name: str, value: float | None) -> None:
 def build_config(args: argparse.Namespace) -> Any:
     from infra.check import CheckConfig
 
-    url = _base_url(args.url)
+    url = _base_url(args.url, args.endpoint)
     if not args.api_key_env.replace("_", "").isalnum():
         raise UsageError(
             f"--api-key-env {args.api_key_env!r} must be an environment variable name, "
@@ -93,7 +104,7 @@ def build_config(args: argparse.Namespace) -> Any:
     if args.bad_input_words is not None and args.bad_input_words < 1:
         raise UsageError(f"--bad-input-words must be >= 1, not {args.bad_input_words}")
     if args.metrics_url is not None:
-        _base_url(args.metrics_url)
+        _http_url(args.metrics_url)
     return CheckConfig(
         url=url,
         model=args.model or None,

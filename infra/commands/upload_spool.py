@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.errors import UsageError
-from analysis.storage import open_store
+from analysis.storage import expand_home, open_store
 
 
 def register(sub: Any) -> None:
@@ -39,6 +39,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from locustfiles.sink.spool import upload_spool
 
+    args.dir = Path(expand_home(str(args.dir), "spool directory"))  # as --spool-dir
     if not args.events_uri:
         raise UsageError("no events URI: give --events-uri or set LLMLOAD_EVENTS_URI")
     if not args.dir.is_dir():

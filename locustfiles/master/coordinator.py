@@ -26,7 +26,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from analysis.storage import ObjectStore, open_store
+from analysis.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.live.board import Board
 from locustfiles.master.clocks import WorkerClocks
 from locustfiles.master.search import plan_for
@@ -59,7 +59,11 @@ class RunCoordinator:
         run_id: str,
         board: Board | None = None,
         local_in_flight: Callable[[], int] | None = None,
+        *,
+        manifest_stored: bool = False,
     ) -> None:
+        """`manifest_stored`: the preflight created this run's manifest (the first write
+        replaces it); otherwise the first write creates it and never replaces another run's."""
         self.environment = environment
         self.board = board if board is not None else Board()  # what the live views read
         self.local_in_flight = local_in_flight  # one process: its dispatcher's requests
@@ -101,6 +105,8 @@ class RunCoordinator:
         self.manifest = RunManifest(
             run_id, config=options.config(), target={"url": environment.host}
         )
+        self.manifest.stored = manifest_stored
+        self._foreign_manifest = False  # the id's manifest is another run's: never written
         self._started = False
         self.finished_at: int | None = None
         self.server_metrics: ServerMetricsScraper | None = None
@@ -231,6 +237,24 @@ class RunCoordinator:
         self.workers[client_id] = data
         gevent.spawn(self.worker_clocks.burst, client_id)  # handlers must return at once
 
+    def stop_for_signal(self, name: str) -> None:
+        """A signal asks the run to stop: the run ends at the next tick, as `aborted`, with the
+        signal in the manifest; the finish handshake then flushes every worker's events."""
+        self.manifest.stopped_by = name
+        self.staircase.stop()
+
+    def waiting_for(self) -> str:
+        """What the run's end is waiting for (a second signal prints it)."""
+        if self.finished_at is not None:
+            return "nothing: the run is finished; the process is exiting"
+        pending = sorted(self._expected - set(self.finished))
+        if pending:
+            names = ", ".join(self._describe(c) for c in pending)
+            return f"{len(pending)} worker(s) to flush their events and confirm: {names}"
+        if not self.distributed:
+            return "this process's users to stop and its event sink to flush to the store"
+        return "the step to end and the workers to be asked for their events"
+
     def worker_failed(self, client_id: str) -> None:
         """A worker cannot start: the run ends at the next tick (the shape's end does the
         finish handshake before any worker is told to quit); that worker quits on its own,
@@ -342,8 +366,15 @@ class RunCoordinator:
         m.probes = list(self.probes.values())
         m.search = self.plan.to_dict()
         m.hosts = sorted({socket.gethostname(), *(w.host for w in m.workers)})
+        if self._foreign_manifest:
+            return
         try:
             write_manifest(self.store, m)
+        except ObjectExistsError:  # a run id names one run: leave the other run's manifest
+            self._foreign_manifest = True
+            log.error("llmload: error: run %s already exists in the events store %s; its "
+                      "manifest is left as it is: choose another --run-id, or leave --run-id "
+                      "out for a generated one", self.run_id, self.options.events_uri)  # fmt: skip
         except Exception:  # never lose the run over a manifest write: log and carry on
             log.exception("llmload: could not write the manifest of run %s", self.run_id)
 

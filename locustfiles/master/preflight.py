@@ -12,8 +12,12 @@ One path for every mode (docs/reliability.md, "Bad input"):
   stops the run naming the worker and the cause, and exits non-zero.
 
 What `preflight()` checks, in order: the tokenizer can build exact prompts and the local
-spool folder is writable (in a process that sends requests); the target
+spool folder is writable (in a process that sends requests); `--report-dir` takes files
+(the master writes the report there); no run of this id is in the
+events store (a run id names one run); `--host` is a base URL
+without a path or query (run/parsers.py); the target
 answers (any HTTP response; `--wait-ready SECONDS` waits for one that is still starting);
+a `--model` the server's `/v1/models` does not list is one it accepts (`check_model`);
 the events store accepts the run's first object, its manifest. A store that fails later in
 the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 """
@@ -21,17 +25,20 @@ the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from analysis.errors import LlmloadError, UsageError
-from analysis.storage import ObjectStore, open_store
+from analysis.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.request.client import new_pool
 from locustfiles.request.errors import root_cause
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
-from locustfiles.run.manifest import ProbeRecord, RunManifest, write_manifest
+from locustfiles.run.manifest import ProbeRecord, RunManifest, run_taken, write_manifest
 from locustfiles.run.options import ChatOptions
-from locustfiles.run.probe import new_probe_id, send_probe
-from locustfiles.sink.checks import check_spool, store_reason
+from locustfiles.run.parsers import check_host
+from locustfiles.run.probe import PROBE_TIMEOUT_S, SentProbe, new_probe_id, send_probe
+from locustfiles.sink.checks import check_spool, check_takes_files, store_reason
 from locustfiles.traffic.prompts import PromptBuilder
 
 WAIT_POLL_S = 0.5
@@ -47,17 +54,17 @@ def check_prompts(options: ChatOptions) -> TokenCounter | None:
     return counter
 
 
-def check_target(host: str, options: ChatOptions) -> ProbeRecord:
+def check_target(host: str, options: ChatOptions) -> SentProbe:
     """The target answers (any HTTP status) within --connect-timeout, or within --wait-ready.
 
-    A GET of `/v1/models` with its own request id, like every probe; returned for the
-    manifest's `probes` (purpose `preflight`).
+    A GET of `/v1/models` with its own request id, like every probe; its record goes to the
+    manifest's `probes` (purpose `preflight`), its reply to `check_model`.
     """
     if not host:
         raise UsageError(
             "no target: give --host URL (the server's base URL, e.g. http://127.0.0.1:8000)"
         )
-    url = host.rstrip("/") + "/v1/models"
+    url = check_host(host, options.path) + "/v1/models"
     request_id = new_probe_id()  # one id for every try: only the answered one is listed
     budget = options.wait_ready if options.wait_ready > 0 else options.connect_timeout
     deadline = time.monotonic() + budget
@@ -70,7 +77,7 @@ def check_target(host: str, options: ChatOptions) -> ProbeRecord:
                               request_id=request_id)  # fmt: skip
             error = sent.reply.error
             if error is None:
-                return sent.record
+                return sent
             if options.wait_ready <= 0 or time.monotonic() + WAIT_POLL_S >= deadline:
                 waited = f" in {budget:g} s (--wait-ready)" if options.wait_ready > 0 else ""
                 raise UsageError(
@@ -82,13 +89,105 @@ def check_target(host: str, options: ChatOptions) -> ProbeRecord:
         pool.clear()
 
 
+def served_models(doc: Any) -> list[str]:
+    """The model ids of a `/v1/models` answer (empty: none listed, or not such an answer)."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    models = data if isinstance(data, list) else []
+    return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id") is not None]
+
+
+def unknown_model(model: str, served: list[str], host: str, flag: str = "--model") -> str:
+    """The one line that refuses a model the server does not serve, naming those it does."""
+    listed = ", ".join(repr(m) for m in served[:10]) + (", ..." if len(served) > 10 else "")
+    return (
+        f"{flag} {model!r} is not served by {host}: it serves {listed}; give one of them "
+        f"(e.g. {flag} {served[0]}) or leave {flag} out for the first"
+    )
+
+
+def refused_model(status: int | None) -> bool:
+    """Whether a request's status means the server refused it as such (4xx, not 408/429)."""
+    return status is not None and 400 <= status < 500 and status not in (408, 429)
+
+
+def check_model(host: str, options: ChatOptions, models: SentProbe) -> list[ProbeRecord]:
+    """A `--model` that `/v1/models` answered without listing is refused (UsageError naming
+    the models served) when a one-token request for it is refused too (4xx): some servers list
+    other names than they accept (transformers serve lists its hub cache, llama.cpp accepts
+    any name). Returns the probe it sent, if any, for the manifest."""
+    served = served_models(models.reply.json()) if models.reply.status == 200 else []
+    if not options.model or not served or options.model in served:
+        return []
+    body: dict[str, Any] = {"model": options.model, "max_tokens": 1, "stream": False}
+    if options.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    pool = new_pool()
+    try:
+        sent = send_probe(pool, "model", "POST", host.rstrip("/") + options.path, body=body,
+                          api_key=options.api_key(),
+                          timeout=min(options.request_timeout, PROBE_TIMEOUT_S))  # fmt: skip
+    finally:
+        pool.clear()
+    if refused_model(sent.reply.status):
+        raise UsageError(unknown_model(options.model, served, host))
+    return [sent.record]
+
+
+def run_exists(options: ChatOptions, run_id: str) -> UsageError:
+    """The one line that refuses a run id another run already holds in the events store."""
+    return UsageError(
+        f"run {run_id} already exists in the events store {options.events_uri}; a run id "
+        "names one run: choose another --run-id, or leave --run-id out for a generated one"
+    )
+
+
+def run_id_taken(options: ChatOptions) -> Callable[[str], bool]:
+    """Whether the events store holds a run of an id; False where the store cannot say (the
+    manifest's create-only write then reports the store, or refuses the id)."""
+
+    def taken(run_id: str) -> bool:
+        try:
+            return run_taken(open_store(options.events_uri), run_id)
+        except (LlmloadError, OSError):
+            return False
+
+    return taken
+
+
+def check_report_dir(options: ChatOptions) -> None:
+    """--report-dir (the master writes the report there at the end) takes files: refused
+    now, not after the run. Empty: the web UI's temporary folder, headless none."""
+    if not options.report_dir:
+        return
+    try:
+        check_takes_files(Path(options.report_dir))
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the report to --report-dir {options.report_dir} "
+            f"({store_reason(exc)}); fix --report-dir (a writable local folder) or its "
+            "permissions"
+        ) from None
+
+
+def check_run_id(options: ChatOptions, run_id: str) -> None:
+    """No run of this id is in the events store yet (before any request): or UsageError."""
+    if run_id_taken(options)(run_id):
+        raise run_exists(options, run_id)
+
+
 def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> ObjectStore:
-    """Write the run's manifest (status running): the store must accept it, or UsageError."""
+    """Create the run's manifest (status running): the store must accept it, or UsageError.
+
+    A create-only put: an id another run took since `check_run_id` is refused, not replaced."""
     try:
         store = open_store(options.events_uri)
         write_manifest(store, RunManifest(run_id, config=options.config(), target={"url": host}))
     except UsageError:
         raise
+    except ObjectExistsError:
+        raise run_exists(options, run_id) from None
     except (LlmloadError, OSError) as exc:
         raise UsageError(
             f"cannot write to the events store {options.events_uri} ({store_reason(exc)}); "
@@ -109,9 +208,12 @@ def preflight(
     if sends_requests:
         check_prompts(options)
         check_spool(options)
-    probe = check_target(host, options)
+    check_report_dir(options)
+    check_run_id(options, run_id)
+    models = check_target(host, options)
+    probes = [models.record, *check_model(host, options, models)]
     write_first_manifest(options, run_id, host)
-    return [probe]
+    return probes
 
 
 def form_namespace(parsed: Any, form: Any) -> Any:

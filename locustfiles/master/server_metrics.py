@@ -34,6 +34,7 @@ from locustfiles.master.prometheus import (
     engine_gauges,
     parse_prometheus,
 )
+from locustfiles.request.exchange import exchange
 
 log = logging.getLogger("llmload.server_metrics")
 
@@ -66,7 +67,9 @@ def scrape_once(
     """One scrape as a JSON-able line. Raises _NoMetrics, or urllib3/OSError on failure."""
     at_ns = time.time_ns()
     t0 = time.perf_counter()
-    resp = pool.request("GET", url, headers=headers, timeout=timeout, retries=False)
+    resp = exchange(pool, "GET", url, None, headers, timeout)  # `timeout` bounds it all
+    if resp.error is not None:
+        raise resp.error
     elapsed_ms = (time.perf_counter() - t0) * 1000
     if resp.status in (404, 405):
         raise _NoMetrics(f"HTTP {resp.status}")
@@ -137,11 +140,11 @@ class ServerMetricsScraper:
 
     def stop(self) -> None:
         """Stop the loop, take a last sample (the run's end), write what is left."""
-        if self._greenlet is not None:
+        greenlet, self._greenlet = self._greenlet, None  # once, also if called again meanwhile
+        if greenlet is not None:
             self._stopping.set()
-            self._greenlet.join(self.timeout + 5)  # a scrape or a part write in progress
-            self._greenlet.kill(block=True, timeout=1)
-            self._greenlet = None
+            greenlet.join(self.timeout + 5)  # a scrape or a part write in progress
+            greenlet.kill(block=True, timeout=1)
             if self.absent is None:
                 self.scrape()
             self.flush()

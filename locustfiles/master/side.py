@@ -28,6 +28,10 @@ from locustfiles.run.options import from_parsed
 log = logging.getLogger("llmload.master")
 
 
+RUN_ID_TRIES = 100
+"""How many ids `choose_run_id` tries before it gives up and lets the preflight refuse one."""
+
+
 def new_run_id() -> str:
     """Time-ordered and unique: 20261129T153012Z-1a2b3c."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
@@ -47,14 +51,32 @@ class MasterSide:
         self.next_run_id: str | None = None  # the id a preflight wrote the first manifest under
         self.pending_probes: list[ProbeRecord] = []  # the preflight's, for that run's manifest
 
-    def choose_run_id(self, requested: str) -> str:
-        """The id of the next run in this process: `requested` (--run-id) or a new one, made
-        unique among this process's runs (a web UI started twice with one --run-id)."""
-        run_id = requested or new_run_id()
-        return f"{run_id}-{len(self.run_ids) + 1}" if run_id in self.run_ids else run_id
+    def choose_run_id(self, requested: str, taken: Callable[[str], bool] = lambda _: False) -> str:
+        """The id of the next run in this process: `requested` (--run-id) or a new one.
+
+        A new id skips ids `taken` in the events store; a requested one already used by this
+        process (a web UI started twice with one --run-id) gets a suffix, -2, -3, ..., that
+        neither this process nor the store holds. A requested id another process's run holds
+        is returned as it is: the preflight refuses it (a run id names one run)."""
+        if not requested:
+            run_id = new_run_id()
+            for _ in range(RUN_ID_TRIES):
+                if run_id not in self.run_ids and not taken(run_id):
+                    break
+                run_id = new_run_id()
+            return run_id
+        if requested not in self.run_ids:
+            return requested
+        n = len(self.run_ids) + 1
+        while n < len(self.run_ids) + RUN_ID_TRIES and (
+            f"{requested}-{n}" in self.run_ids or taken(f"{requested}-{n}")
+        ):
+            n += 1
+        return f"{requested}-{n}"
 
     def prepared(self, run_id: str, probes: list[ProbeRecord]) -> None:
-        """A preflight passed for the next run: its id and probes."""
+        """A preflight passed for the next run (it created the manifest): its id and probes."""
+        self.run_ids.add(run_id)  # this process's, even if the run never begins
         self.next_run_id = run_id
         self.pending_probes = probes
 
@@ -67,18 +89,24 @@ class MasterSide:
         except UsageError as exc:
             log.error("llmload: %s", exc)
             return None
-        run_id = self.next_run_id or self.choose_run_id(options.run_id)
+        prepared = self.next_run_id  # its preflight created the manifest
+        run_id = prepared or self.choose_run_id(options.run_id)
         self.next_run_id = None
         self.run_ids.add(run_id)
         environment.parsed_options.run_id = run_id  # travels to workers with the spawn message
         coordinator = RunCoordinator(environment, options, run_id, self.board,
-                                     self.local_in_flight)  # fmt: skip
+                                     self.local_in_flight,
+                                     manifest_stored=prepared is not None)  # fmt: skip
         coordinator.add_probes(self.pending_probes)
         self.pending_probes = []
         self.coordinator = coordinator
         self.board.run = coordinator
         log.info("llmload: run %s -> %s", run_id, options.events_uri)
         return coordinator
+
+    def distributed(self) -> bool:
+        """A master with workers (not the local runner)."""
+        return hasattr(self.environment.runner, "clients")
 
     def with_coordinator(self, fn: Callable[[RunCoordinator], Any]) -> None:
         if self.coordinator is not None:

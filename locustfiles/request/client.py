@@ -34,10 +34,10 @@ from locustfiles.request.errors import (
     transport_kind,
 )
 from locustfiles.request.record import RequestRecord
-from locustfiles.request.sse import events
+from locustfiles.request.sse import MAX_EVENT_BYTES, EventTooLong, events
 from locustfiles.request.stream import StreamFailure, StreamState, parse_body
 from locustfiles.request.tokenizer import TokenCounter
-from locustfiles.request.watchdog import Watch
+from locustfiles.request.watchdog import ReadDeadlines, Watch
 
 _perf_ns = time.perf_counter_ns
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -55,6 +55,7 @@ class Limits:
     # number, each socket read has this timeout instead (a process without gevent, such as
     # `llmload check`, where the watchdog's greenlet would never run)
     read_timeout: float | None = None
+    max_event_bytes: int = MAX_EVENT_BYTES  # an SSE event pending longer: malformed_event
 
     def headers_timeout(self, stream: bool) -> float | None:
         """Socket read timeout until the response headers (then the watchdog takes over)."""
@@ -152,11 +153,13 @@ def execute(
         if tap is not None:
             tap.state = state
         _set_read_timeout(resp, limits.read_timeout)
+        clock: Any = watch
         if limits.read_timeout is None:
             watch.start(resp)  # from here the watchdog keeps the deadlines
-        else:
-            watch.last = _perf_ns()
-        for datas, arrived in events(resp, watch):  # sets watch.last at every read
+        else:  # each read checks the deadlines (no watchdog in this process)
+            clock = ReadDeadlines(watch, _socket_of(resp), limits.read_timeout)
+            clock.last = _perf_ns()
+        for datas, arrived in events(resp, clock, limits.max_event_bytes):  # sets watch.last
             now = arrived - t0
             if len(datas) > 1:  # events that share one read's timestamp
                 record.coalesced_events += len(datas) - 1
@@ -187,7 +190,11 @@ def execute(
         raise
     except Exception as exc:  # every failure becomes data on the record
         record.end_ns = _perf_ns() - t0
-        if watch.expired is not None:  # the watchdog cut the connection
+        # without the watchdog, a read times out at the nearest deadline (ReadDeadlines)
+        responded = resp is not None
+        if responded and limits.read_timeout and transport_kind(exc, responded) == TIMEOUT:
+            watch.expired = watch.expired or watch.check(_perf_ns())
+        if watch.expired is not None:  # the watchdog (or a read's deadline) cut the connection
             record.fail(watch.expired, watch.detail())
         else:
             record.fail(*_failure_of(exc, resp is not None, record.stream, limits))
@@ -198,9 +205,13 @@ def execute(
     return record
 
 
+def _socket_of(resp: Any) -> Any:
+    return getattr(getattr(resp, "_connection", None), "sock", None)
+
+
 def _set_read_timeout(resp: Any, seconds: float | None) -> None:
     """Change the socket's read timeout mid-response."""
-    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    sock = _socket_of(resp)
     if sock is not None:
         sock.settimeout(seconds)
 
@@ -216,6 +227,8 @@ def _failure_of(exc: Exception, responded: bool, stream: bool, limits: Limits) -
     """(error kind, detail) for an exception raised while sending or reading."""
     if isinstance(exc, StreamFailure):
         return exc.kind, exc.detail
+    if isinstance(exc, EventTooLong):  # not an SSE stream: cut (the caller closes it)
+        return "malformed_event", f"{exc} (--max-event-bytes)"
     text = describe(exc)
     kind = transport_kind(exc, responded)
     if kind == CONNECT:

@@ -5,7 +5,9 @@
 
 Never the hot path (that is `client.execute`). Transport failures are data on the reply
 (`error`, and its class from `errors.transport_kind`), never raised; redirects are not
-followed and nothing is retried.
+followed and nothing is retried. `timeout` bounds the whole exchange after the connection,
+headers and body: a server that answers and then sends keep-alive bytes forever, or stops,
+is a timeout ("HTTP 200, but the response did not end within 30 s").
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import urllib3
 
-from locustfiles.request.errors import TRANSPORT_ERRORS, transport_kind
+from locustfiles.request.errors import TIMEOUT, TRANSPORT_ERRORS, transport_kind
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -57,7 +59,11 @@ def exchange(
     try:
         resp = pool.urlopen(method, url, body=data, headers=hdrs, timeout=timeout,
                             retries=False, redirect=False, preload_content=False)  # fmt: skip
-        content = resp.read()
+        content = _read_within(resp, t0 + timeout)
+        if content is None:
+            raise TimeoutError(
+                f"HTTP {resp.status}, but the response did not end within {timeout:.3g} s"
+            )
     except TRANSPORT_ERRORS as exc:
         if resp is not None:
             resp.close()
@@ -66,3 +72,24 @@ def exchange(
     resp.release_conn()
     found = {k.lower(): v for k, v in resp.headers.items()}
     return Reply(resp.status, content, found, elapsed_s=time.perf_counter() - t0)
+
+
+def _read_within(resp: Any, deadline: float) -> bytes | None:
+    """The whole body, read by pieces until `deadline` (perf_counter); None past it."""
+    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    parts: list[bytes] = []
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        if sock is not None:
+            sock.settimeout(left)
+        try:
+            piece = resp.read1(65536)
+        except TRANSPORT_ERRORS as exc:
+            if transport_kind(exc, responded=True) == TIMEOUT:
+                return None
+            raise
+        if not piece:
+            return b"".join(parts)
+        parts.append(piece)

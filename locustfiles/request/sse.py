@@ -9,6 +9,10 @@ Arrival times come from the kernel (SO_TIMESTAMPNS) wherever the bytes are read 
 socket here, so a worker whose loop was busy when the bytes arrived still records when they
 arrived. `clock.last` is the arrival time of the latest read (also reads that complete no
 event, and the read that ends the body): the stall timer and the response's end use it.
+
+An event still pending (not yet ended by its blank line) is bounded: once it holds more than
+`max_event_bytes` the stream is cut (`EventTooLong`, recorded as `malformed_event`); checked
+once per read, on the pending buffer's length, never per line.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 log = logging.getLogger("llmload.sse")
 
 READ_SIZE = 65536
+MAX_EVENT_BYTES = 1 << 20  # --max-event-bytes' default: an event pending longer is cut
 assert READ_SIZE >= io.DEFAULT_BUFFER_SIZE  # one read1 drains http.client's buffered reader
 _perf_ns = time.perf_counter_ns
 _time_ns = time.time_ns
@@ -42,6 +47,11 @@ class BodyError(ConnectionError):
     """The body ended early or its chunked framing is broken (recorded: stream_truncated)."""
 
 
+class EventTooLong(ValueError):
+    """An event (one SSE line, or the lines of one event) longer than the bound: the server
+    is not sending events (recorded: malformed_event; the connection is closed)."""
+
+
 class ReadClock:
     """Arrival time (perf_counter ns) of a response's latest read; 0 before the first."""
 
@@ -51,11 +61,14 @@ class ReadClock:
         self.last = 0
 
 
-def events(resp: Any, clock: Any = None) -> Iterator[tuple[list[bytes], int]]:
+def events(
+    resp: Any, clock: Any = None, max_event_bytes: int = MAX_EVENT_BYTES
+) -> Iterator[tuple[list[bytes], int]]:
     """(data of the events completed by one read, arrival time of that read, perf_counter ns).
 
     `clock` (a ReadClock, or anything with a `last` attribute) gets the arrival time of every
-    read, also of reads that complete no event and of the read that ends the body.
+    read, also of reads that complete no event and of the read that ends the body. An event
+    still pending after a read with more than `max_event_bytes` raises EventTooLong.
 
     A minimal SSE reader: `data` fields joined by LF; comments, `event`, `id` and `retry`
     ignored; CRLF, CR and LF line ends; a final event without its blank line still counts.
@@ -72,8 +85,12 @@ def events(resp: Any, clock: Any = None) -> Iterator[tuple[list[bytes], int]]:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = buf + data if buf else data
         if b"\n\n" not in buf:
+            if len(buf) > max_event_bytes:
+                raise EventTooLong(f"an event line longer than {max_event_bytes} bytes")
             continue
         *blocks, buf = buf.split(b"\n\n")
+        if len(buf) > max_event_bytes:
+            raise EventTooLong(f"an event line longer than {max_event_bytes} bytes")
         datas = [d for d in map(data_of, blocks) if d is not None]
         if datas:
             yield datas, now

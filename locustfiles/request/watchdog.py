@@ -62,6 +62,16 @@ class Watch:
             return "stall_timeout"
         return None
 
+    def left_s(self, now: int, read_timeout: float) -> float:
+        """Seconds the next read may wait: `read_timeout`, or less when a deadline is nearer."""
+        lim = self.limits
+        left = read_timeout
+        if lim.request_timeout:
+            left = min(left, lim.request_timeout - (now - self.t0) / 1e9)
+        if self.waiting_first and lim.ttft_timeout:
+            left = min(left, lim.ttft_timeout - (now - self.t0) / 1e9)
+        return max(left, 0.0) + 0.01  # a hair past the deadline, so that check() sees it
+
     def detail(self) -> str:
         lim = self.limits
         limit = {"total_timeout": lim.request_timeout, "ttft_timeout": lim.ttft_timeout,
@@ -69,6 +79,40 @@ class Watch:
         what = {"total_timeout": "request not finished", "ttft_timeout": "no first token",
                 "stall_timeout": "no data"}[self.expired or "total_timeout"]  # fmt: skip
         return f"{what} within {limit} s"
+
+
+class DeadlineExpired(ConnectionAbortedError):
+    """A deadline passed while reading without the watchdog (see ReadDeadlines)."""
+
+
+class ReadDeadlines:
+    """The read clock of a process without the watchdog (`Limits.read_timeout`: `llmload
+    check`): every read checks the watch's deadlines, so bytes that are not tokens (`: ping`
+    comments) do not keep a stream waiting for its first token past the TTFT timeout, and
+    the next read waits no longer than the nearest deadline. Costs a little per read: never
+    the load's path (there the watchdog keeps the deadlines)."""
+
+    __slots__ = ("read_timeout", "sock", "watch")
+
+    def __init__(self, watch: Watch, sock: Any, read_timeout: float) -> None:
+        self.watch = watch
+        self.sock = sock
+        self.read_timeout = read_timeout
+
+    @property
+    def last(self) -> int:
+        return self.watch.last
+
+    @last.setter
+    def last(self, now: int) -> None:
+        watch = self.watch
+        watch.last = now
+        kind = watch.check(now)
+        if kind is not None:
+            watch.expired = kind
+            raise DeadlineExpired(watch.detail())
+        if self.sock is not None:
+            self.sock.settimeout(watch.left_s(now, self.read_timeout))
 
 
 class _Watchdog:

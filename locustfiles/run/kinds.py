@@ -193,9 +193,11 @@ class Levels(Kind):
 
 @dataclass(frozen=True)
 class Json(Kind):
-    """A JSON object given as text (empty: none)."""
+    """A JSON object given as text (empty: none); `check` returns the object or refuses it
+    with UsageError."""
 
     example: str
+    check: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def value(self, raw: Any, say: Voice) -> Any:
         text = super().value(raw, say)
@@ -207,6 +209,11 @@ class Json(Kind):
             say.fail(f"is not valid JSON ({exc.msg}); give a JSON object")
         if not isinstance(value, dict):
             say.fail(f"must be a JSON object, e.g. '{self.example}'")
+        if self.check is not None:
+            try:
+                return self.check(value)
+            except UsageError as exc:
+                say.refused(exc, text, "{problem}")
         return value
 
     def setting(self, raw: Any, say: Voice) -> Any:

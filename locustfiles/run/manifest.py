@@ -8,8 +8,10 @@
     manifest.finish("finished")                  # or "aborted"
     write_manifest(store, manifest)              # at test_stop / quitting
 
-Each write replaces the object whole (an S3 put is atomic; the file store renames), so a
-reader sees the previous manifest or the new one, never a mix. Secrets are removed twice:
+A run id names one run: the first write of a manifest is a create-only put, refused
+(ObjectExistsError) when another run already holds the id; later writes of the same run
+replace the object whole (an S3 put is atomic; the file store renames), so a reader sees the
+previous manifest or the new one, never a mix. `run_taken` says whether an id is free. Secrets are removed twice:
 config keys with secret names are dropped (`locustfiles.run.secrets`), and the values of
 secret-named environment variables are redacted wherever they appear (a URL with a key in
 its query, a header line). User names and passwords in URLs are removed.
@@ -135,6 +137,10 @@ class RunManifest:
     search: Mapping[str, Any] | None = (
         None  # capacity search (--search): locustfiles/master/search.py
     )
+    # whether this run's manifest is in the store (its first write created it): later writes
+    # replace it, a first write never replaces another run's (not part of the document)
+    stored: bool = field(default=False, repr=False, compare=False)
+    stopped_by: str | None = None  # the signal that stopped the run early (SIGTERM, SIGINT)
 
     def finish(self, status: str = "finished") -> None:
         if status not in MANIFEST_STATUSES[1:]:
@@ -165,6 +171,7 @@ class RunManifest:
             "cold_start": dict(self.cold_start),
             "probes": [vars(p) for p in self.probes],
             "search": dict(self.search) if self.search is not None else None,
+            "stopped_by": self.stopped_by,
         }
         scrubbed: dict[str, Any] = _scrub_values(doc, secrets)
         return scrubbed
@@ -173,12 +180,24 @@ class RunManifest:
 def write_manifest(
     store: ObjectStore, manifest: RunManifest, *, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """Write `<run_id>/manifest.json` atomically (replacing the previous one); return it."""
+    """Write `<run_id>/manifest.json` atomically; return it.
+
+    The first write (`manifest.stored` false) creates the object and raises ObjectExistsError
+    when the key is taken (another run's manifest, left as it is); later writes replace it.
+    """
     secrets = secret_values(os.environ if environ is None else environ)
     doc = manifest.to_dict(secrets)
     data = json.dumps(doc, indent=1, default=str).encode() + b"\n"
-    store.put(run_key(manifest.run_id, MANIFEST_NAME), data, overwrite=True)
+    store.put(run_key(manifest.run_id, MANIFEST_NAME), data, overwrite=manifest.stored)
+    manifest.stored = True
     return doc
+
+
+def run_taken(store: ObjectStore, run_id: str) -> bool:
+    """Whether the store holds a run of this id: its manifest or any object under `<run_id>/`.
+
+    Store errors are raised (StorageError, OSError)."""
+    return store.exists(run_key(run_id, MANIFEST_NAME)) or bool(store.list(run_key(run_id, "")))
 
 
 def collect_versions() -> dict[str, str]:

@@ -42,6 +42,7 @@ class ChatOptions:
     ttft_timeout: float | None  # None: off
     stall_timeout: float | None  # None: off
     connect_timeout: float
+    max_event_bytes: int
     tokenizer: str
     seed: int
     ignore_eos: str

@@ -1,4 +1,5 @@
-"""The texts of single options: steps, rates, arrival, history, run id, names, URIs, SLOs.
+"""The texts of single options: steps, rates, arrival, history, run id, names, URIs, SLOs,
+the target's base URL and the keys --extra-body may set.
 
 Each takes the text as given and returns it parsed (or checked, and normalised where that
 helps), or raises UsageError with one line that names the option, the text and the fix, in
@@ -9,10 +10,25 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from analysis.errors import UsageError
 from locustfiles.traffic.workloads import Workload, parse_workload
+
+BODY_OWNERS: Final = {
+    "model": "--model",
+    "messages": "--workload",
+    "prompt": "--workload",
+    "max_tokens": "--workload",
+    "max_completion_tokens": "--workload",
+    "stream": "--no-stream",
+    "stream_options": "--continuous-usage",
+    "n": "llmload reads one choice per request",
+}
+"""Request body keys llmload sets itself, and the option (or rule) that decides each one:
+--extra-body may not set them (docs/reliability.md, "Bad input")."""
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -114,6 +130,18 @@ def check_events_uri(uri: str) -> str:
     return uri
 
 
+def local_folder(flag: str) -> Callable[[str], str]:
+    """--spool-dir, --report-dir: a local folder, `~` expanded (as a shell would not have for
+    a quoted path, `--flag=~/x`, a LOCUST_* variable or a campaign file)."""
+
+    def parse(text: str) -> str:
+        from analysis.storage import expand_home
+
+        return expand_home(text, flag)
+
+    return parse
+
+
 def check_slo(spec: str) -> str:
     """--slo: objectives and thresholds parse_slo accepts (or empty: none)."""
     from analysis.slo import parse_slo
@@ -127,3 +155,54 @@ def has_step_objectives(spec: Any) -> bool:
     from analysis.slo import parse_slo
 
     return bool(parse_slo(str(spec or "") or None).objectives)
+
+
+def base_url_problem(url: str, adds: str = "/v1/chat/completions") -> tuple[str, str] | None:
+    """What keeps `url` from being a server's base URL that llmload adds `adds` to, as
+    (the problem, the URL to give instead, or "" where there is none), or None. Only
+    http(s)://host[:port] passes (a trailing `/` too): a path (`/v1`, a reverse proxy's
+    prefix) or a query is refused (docs/reliability.md, "Bad input")."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http(s) URL", ""
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError:
+        return "has an invalid port", ""
+    base = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+    path = parts.path.rstrip("/")
+    if path == "/v1" or path.startswith("/v1/"):
+        return f"has a path: give the server's base URL without /v1 (llmload adds {adds})", base
+    if path:
+        return (
+            f"has a path: give the server's base URL without one (llmload adds {adds}; a "
+            "server behind a path prefix must be reachable at the root of a host or port)",
+            base,
+        )
+    if parts.query or parts.fragment:
+        return f"has a query: give the server's base URL without one (llmload adds {adds})", base
+    return None
+
+
+def check_host(url: str, adds: str = "/v1/chat/completions") -> str:
+    """--host: the server's base URL (see base_url_problem), returned without a trailing /."""
+    found = base_url_problem(url, adds)
+    if found is not None:
+        problem, base = found
+        example = "give the server's base URL, e.g. --host http://127.0.0.1:8000"
+        fix = f"--host {base}" if base else example
+        raise UsageError(f"--host {url} {problem}: {fix}")
+    return url.rstrip("/")
+
+
+def check_extra_body(body: dict[str, Any]) -> dict[str, Any]:
+    """--extra-body: a JSON object that sets none of the keys llmload owns (BODY_OWNERS)."""
+    for key in body:
+        if key in BODY_OWNERS:
+            owner = BODY_OWNERS[key]
+            decides = f"{owner} decides it" if owner.startswith("--") else owner
+            raise UsageError(
+                f"--extra-body sets {key!r}, which llmload owns ({decides}); "
+                "leave it out of --extra-body"
+            )
+    return body

@@ -17,19 +17,24 @@ from locustfiles.run.options import ChatOptions
 from locustfiles.sink.eventsink import default_spool_dir
 
 
+def check_takes_files(root: Path) -> None:
+    """A folder that may not exist yet can be made and written: its nearest existing folder
+    is a folder that takes a file (OSError if not). Writes nothing that stays (the writer
+    makes the folder; a check of permission bits would be wrong for root)."""
+    place = root.absolute()
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        raise NotADirectoryError(f"{place} is not a folder")
+    with tempfile.NamedTemporaryFile(dir=place, prefix=".llmload-check-"):
+        pass
+
+
 def check_spool(options: ChatOptions) -> None:
     """The local spool folder (every part goes through it) takes a file, or UsageError."""
     root = Path(options.spool_dir) if options.spool_dir else default_spool_dir()
     try:
-        # writes nothing that stays: the sink makes the folder; here its nearest existing
-        # folder must be a folder that takes a file (root may read and write anywhere)
-        place = root.absolute()
-        while not place.exists() and place != place.parent:
-            place = place.parent
-        if not place.is_dir():
-            raise NotADirectoryError(f"{place} is not a folder")
-        with tempfile.NamedTemporaryFile(dir=place, prefix=".llmload-check-"):
-            pass
+        check_takes_files(root)
     except OSError as exc:
         raise UsageError(
             f"cannot write to the spool folder {root} ({store_reason(exc)}); fix --spool-dir "

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.errors import UsageError
+from analysis.schema import REQUESTS_SCHEMA, int_max
+from analysis.storage import expand_home
 from locustfiles.traffic.distribution import (
     NUMBER,
     BadDistribution,
@@ -167,7 +169,7 @@ def _conversation_row(path: Path, lineno: int, line: str) -> Conversation:
 
 def _load_conversations(spec: str) -> _Conversations:
     text = spec.split(":", 1)[1].strip()
-    path = Path(text)
+    path = Path(expand_home(text, "workload conversations"))
     if not text or not path.is_file():
         raise UsageError(
             f"workload conversations {text or '(no path)'} is not a file; give conversations:PATH.jsonl"
@@ -215,6 +217,11 @@ class WorkloadSampler:
         return spec
 
 
+_DATASET_INTS = {"max_tokens": "max_tokens", "prompt_tokens": "prompt_tokens_requested"}
+"""A dataset line's integer keys and the requests column each ends up in (analysis.schema):
+a value the column cannot hold is refused at start, not row by row by the sink."""
+
+
 def _dataset_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
     """One line of a dataset, checked: a prompt that can be sent, lengths >= 1."""
     row = _json_line(path, lineno, line)
@@ -223,7 +230,7 @@ def _dataset_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
         raise UsageError(
             f'{path}:{lineno}: each line needs a non-empty "prompt" string or "messages" list'
         )
-    for key in ("max_tokens", "prompt_tokens"):
+    for key, column in _DATASET_INTS.items():
         value = row.get(key)
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 1
@@ -232,6 +239,11 @@ def _dataset_row(path: Path, lineno: int, line: str) -> dict[str, Any]:
                 f"{path}:{lineno}: {key} must be an integer >= 1, not {value!r}; "
                 f'give e.g. "{key}": 128, or leave the key out'
             )
+        if value is not None and value > (most := int_max(REQUESTS_SCHEMA, column)):
+            raise UsageError(
+                f"{path}:{lineno}: {key} {value} is above {most}, the most a request row "
+                f'records ({column}); give e.g. "{key}": 128, or leave the key out'
+            )
     return dict(row)
 
 
@@ -239,7 +251,7 @@ def _load_dataset(spec: str) -> _Dataset:
     text = spec.split(":", 1)[1].strip()
     if not text:
         raise UsageError("workload dataset: no path given; use dataset:PATH.jsonl")
-    path = Path(text)
+    path = Path(expand_home(text, "workload dataset"))
     if not path.exists():
         raise UsageError(f"workload dataset {path} does not exist; give dataset:PATH.jsonl")
     if not path.is_file():

@@ -26,7 +26,7 @@ import urllib3
 
 from locustfiles.live.groups import Observer, Recorder
 from locustfiles.request.client import Limits, execute
-from locustfiles.request.errors import TRANSPORT_ERRORS
+from locustfiles.request.errors import TIMEOUT, TRANSPORT_ERRORS, root_cause, transport_kind
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
@@ -65,8 +65,10 @@ class WorkerContext:
         live: Observer | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
         report_in_flight: Callable[[int, int], None] | None = None,
+        cannot_start: Callable[[str], None] | None = None,
     ) -> None:
         self.options = options
+        self.cannot_start = cannot_start  # a start-up probe timed out: the run must stop
         self.run_id = run_id
         self.identity = identity
         self.worker_id: str = identity["worker_id"]
@@ -86,6 +88,7 @@ class WorkerContext:
             request_timeout=options.request_timeout,
             ttft_timeout=options.ttft_timeout,
             stall_timeout=options.stall_timeout,
+            max_event_bytes=options.max_event_bytes,
         )
         self.model: str | None = options.model or None
         self.ignore_eos = options.ignore_eos == "on"
@@ -198,8 +201,12 @@ class WorkerContext:
             try:
                 self._probe(pool)
             except TRANSPORT_ERRORS as exc:
-                log.warning("llmload: probing %s failed (%s); sending requests anyway",
-                            self.base_url, type(exc).__name__)  # fmt: skip
+                # answered, but a probe did not end within its bound: requests would not either
+                if transport_kind(exc, True) == TIMEOUT and self.cannot_start is not None:
+                    self.cannot_start(f"probing {self.base_url}: {root_cause(exc)}")  # stops
+                else:
+                    log.warning("llmload: probing %s failed (%s); sending requests anyway",
+                                self.base_url, type(exc).__name__)  # fmt: skip
             self._ready = True
             if self.report_probes is not None and self.probes:
                 self.report_probes(list(self.probes))  # to the master's manifest
@@ -231,6 +238,8 @@ class WorkerContext:
                 api_key=self.options.api_key(), worker_id=self.worker_id, secrets=self._secrets,
             )  # fmt: skip
             self._note_probe(probe)
+            if rec.error_kind in ("ttft_timeout", "total_timeout", "stall_timeout"):
+                raise TimeoutError(f"the streamed probe failed: {probe.outcome}")
             self.continuous_usage = rec.status == "ok" and rec.output_tokens_source == "usage"
             log.info("llmload: continuous usage %s (probe: HTTP %s, token counts from %s)",
                      "on" if self.continuous_usage else "off", rec.http_status,

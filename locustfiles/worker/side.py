@@ -95,6 +95,7 @@ class WorkerSide:
                 live=self.observer,
                 on_record=self.on_record,
                 report_in_flight=self._in_flight_reporter(),
+                cannot_start=lambda cause: self._cannot_start(identity, cause),
             )
         except LlmloadError as exc:  # this worker cannot send: the run must not go on without it
             self._cannot_start(identity, str(exc))
@@ -128,6 +129,15 @@ class WorkerSide:
         if ctx is None:
             return None
         return ctx.close(ctx.options.finish_timeout)
+
+    def on_quitting(self) -> None:
+        """The process is quitting (a SIGTERM to a worker, its master gone): stop the users
+        first, so their requests in flight are recorded `aborted` before the sink flushes
+        (appended after its close, they would be dropped)."""
+        runner = self.runner
+        if isinstance(runner, WorkerRunner) and runner.state not in ("stopped", "ready", "cleanup"):
+            runner.stop()  # its test_stop closes the sink (chat.py); close() then returns that
+        self.close()
 
     def in_flight(self) -> int:
         """Open-loop requests in flight (the local runner's master asks while it drains)."""

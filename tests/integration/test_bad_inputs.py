@@ -14,10 +14,13 @@ step.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -94,6 +97,13 @@ def _future_schema(cwd: Path) -> None:
     )
 
 
+def _parts_missing(cwd: Path) -> None:
+    run = _run(cwd)
+    for key in run.keys:
+        if key.endswith(".parquet"):
+            (cwd / "ev" / "r1" / key).unlink()
+
+
 def _spool_dir(cwd: Path) -> None:
     (cwd / "spool").mkdir()
 
@@ -126,6 +136,10 @@ CASES = [
     Case("dataset-zero-max-tokens", ("locust", "--workload", "dataset:d.jsonl"), 2,
          'd.jsonl:1: max_tokens must be an integer >= 1, not 0; give e.g. "max_tokens": 128',
          setup=_write("d.jsonl", '{"prompt": "hi", "max_tokens": 0}\n')),
+    Case("dataset-max-tokens-too-large", ("locust", "--workload", "dataset:d.jsonl"), 2,
+         "d.jsonl:2: max_tokens 1000000000000 is above 2147483647, the most a request row "
+         "records (max_tokens)",
+         setup=_write("d.jsonl", '{"prompt": "hi"}\n{"prompt": "hi", "max_tokens": 1000000000000}\n')),
     Case("conversations-no-user-turn", ("locust", "--workload", "conversations:c.jsonl"), 2,
          'c.jsonl:1: the conversation has no user (human) turn to replay; give it at least one '
          'non-empty turn {"from": "human", "value": ...}',
@@ -172,9 +186,35 @@ CASES = [
          "--api-key-env 'MY-KEY' must be an environment variable name"),
     Case("run-id-path", ("locust", "--run-id", "../x"), 2,
          "--run-id '../x' must be letters, digits, '.', '_' or '-'"),
+    Case("run-id-exists", ("locust", "--events-uri", "ev", "--run-id", "r1"), 2,
+         ("run r1 already exists in the events store ev", "choose another --run-id, or leave "
+          "--run-id out for a generated one"), setup=_a_run),
     Case("option-not-a-number", ("locust", "--step-duration", "abc"), 2,
          "argument --step-duration: invalid float value: 'abc'"),
     Case("no-host", ("locust", "--host", ""), 2, "no target: give --host URL"),
+    # -- set-up mistakes the preflight catches (issue 20) ----------------------------------
+    Case("host-v1-path", ("locust", "--host", "{sim}/v1"), 2,
+         ("/v1 has a path: give the server's base URL without /v1 (llmload adds "
+          "/v1/chat/completions): --host http://127.0.0.1:")),
+    Case("host-endpoint-path", ("locust", "--host", "{sim}/v1/chat/completions"), 2,
+         "/v1/chat/completions has a path: give the server's base URL without /v1"),
+    Case("host-prefix-path", ("locust", "--host", "{sim}/llm"), 2,
+         ("/llm has a path: give the server's base URL without one (llmload adds "
+          "/v1/chat/completions; a server behind a path prefix must be reachable at the root "
+          "of a host or port): --host http://127.0.0.1:")),
+    Case("host-query", ("locust", "--host", "{sim}?key=1"), 2,
+         "?key=1 has a query: give the server's base URL without one"),
+    Case("model-not-served", ("locust", "--model", "nope"), 2,
+         ("--model 'nope' is not served by http://127.0.0.1:", "it serves 'llmload-sim-tiny'; "
+          "give one of them (e.g. --model llmload-sim-tiny) or leave --model out for the first")),
+    Case("extra-body-sets-messages", ("locust", "--extra-body", '{"messages": []}'), 2,
+         "--extra-body sets 'messages', which llmload owns (--workload decides it); leave it "
+         "out of --extra-body"),
+    Case("extra-body-stream-false", ("locust", "--extra-body", '{"stream": false}'), 2,
+         "--extra-body sets 'stream', which llmload owns (--no-stream decides it)"),
+    Case("extra-body-stream-options-null",
+         ("locust", "--extra-body", '{"stream_options": null}'), 2,
+         "--extra-body sets 'stream_options', which llmload owns (--continuous-usage decides it)"),
     # -- URIs and credentials --------------------------------------------------------------
     Case("events-uri-scheme", ("locust", "--events-uri", "ftp://host/runs"), 2,
          "events URI scheme 'ftp' is not supported; use s3://bucket/prefix"),
@@ -186,6 +226,8 @@ CASES = [
     Case("target-wait-ready-timeout",
          ("locust", "--host", "http://127.0.0.1:{free_port}", "--wait-ready", "1"), 2,
          ("did not answer in 1 s (--wait-ready)", "start the server, fix --host")),
+    Case("target-pings-forever", ("locust", "--host", "{pinger}", "--connect-timeout", "2"), 2,
+         ("did not answer", "(TimeoutError: HTTP 200, but the response did not end within")),
     Case("target-not-resolvable", ("locust", "--host", "http://nonexistent.invalid:8000"), 2,
          "did not answer"),
     Case("events-store-unwritable", ("locust", "--events-uri", "file:///proc/llmload-x"), 2,
@@ -201,6 +243,11 @@ CASES = [
     Case("spool-dir-unwritable", ("locust", "--spool-dir", "f/spool"), 2,
          ("cannot write to the spool folder f/spool (", "/f is not a folder); fix --spool-dir"),
          setup=_write("f", "a file, not a folder\n")),
+    Case("report-dir-unwritable", ("locust", "--report-dir", "f/reports"), 2,
+         ("cannot write the report to --report-dir f/reports (", "/f is not a folder); fix "
+          "--report-dir"), setup=_write("f", "a file, not a folder\n")),
+    Case("report-dir-unknown-home", ("locust", "--report-dir", "~llmload-nobody/r"), 2,
+         "--report-dir ~llmload-nobody/r: ~llmload-nobody names no home folder (no such user)"),
     # -- campaign files --------------------------------------------------------------------
     Case("campaign-unknown-keys", ("llmload", "campaign", "c.yaml"), 2,
          ("c.yaml: unknown keys 'stpes' (did you mean 'steps'?), 'target.modle' (did you mean "
@@ -220,8 +267,16 @@ CASES = [
          setup=_write("c.yaml", "target: {url: 'http://127.0.0.1:9'}\nworkload: D(0,8)\n")),
     Case("campaign-bad-yaml", ("llmload", "campaign", "c.yaml"), 2,
          "c.yaml: not valid YAML at line", setup=_write("c.yaml", "target: [\n")),
+    Case("campaign-unknown-extra-flag", ("llmload", "campaign", "c.yaml"), 2,
+         "c.yaml: key 'extra' has unknown flag(s) '--stpo-timeout' (did you mean "
+         "'--stop-timeout'?)",
+         setup=_write("c.yaml", MINIMAL_CAMPAIGN + "extra: ['--stpo-timeout', '10']\n")),
     Case("campaign-missing-file", ("llmload", "campaign", "none.yaml"), 2,
          "cannot read campaign file none.yaml"),
+    Case("campaign-url-path", ("llmload", "campaign", "c.yaml"), 2,
+         ("c.yaml: key 'target.url' has a path: give the server's base URL without /v1",
+          "url: 'http://127.0.0.1:9', not 'http://127.0.0.1:9/v1'"),
+         setup=_write("c.yaml", "target: {url: 'http://127.0.0.1:9/v1'}\nworkload: D(16,8)\n")),
     # -- llmload report and compare, event files -------------------------------------------
     Case("report-unknown-run", ("llmload", "report", "ev/none"), 2,
          "no llmload run at ev/none: found no manifest.json and no event parts"),
@@ -236,12 +291,21 @@ CASES = [
          "none of the 1 requests part(s) of ev/r1 can be read", setup=_corrupt_parts),
     Case("report-schema-version", ("llmload", "report", "ev/r1"), 1,
          "2.0 is not supported", setup=_future_schema),
+    Case("report-all-parts-missing", ("llmload", "report", "ev/r1"), 1,
+         ("run r1 at ev/r1: all 2 part(s) the workers' indexes list are missing",
+          "run `llmload upload-spool"), setup=_parts_missing),
+    Case("report-root", ("llmload", "report", "/"), 2,
+         "no llmload run at / (it names no run id: is a variable in it unset?)"),
+    Case("report-a-file", ("llmload", "report", "d.jsonl"), 2,
+         "no llmload run at d.jsonl: found no manifest.json", setup=_write("d.jsonl", "{}\n")),
     Case("report-s3-no-credentials", ("llmload", "report", "s3://bucket/runs/r1"), 1,
          "NoCredentialsError (no credentials found: set AWS_ACCESS_KEY_ID",
          env={"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:{free_port}"}),
     Case("report-s3-unreachable", ("llmload", "report", "s3://bucket/runs/r1"), 1,
          "EndpointConnectionError (store unreachable: check AWS_ENDPOINT_URL_S3",
          env=S3_UNREACHABLE),
+    Case("report-unknown-home", ("llmload", "report", "~llmload-nobody/runs/r1"), 2,
+         "events URI ~llmload-nobody/runs/r1: ~llmload-nobody names no home folder"),
     Case("compare-unknown-run", ("llmload", "compare", "ev/a", "ev/b"), 2,
          "no llmload run at ev/a"),
     Case("compare-negative-threshold", ("llmload", "compare", "ev/r1", "ev/r1", "--threshold=-1"),
@@ -253,6 +317,11 @@ CASES = [
          "--timeout must be > 0 seconds, not 0.0; e.g. --timeout 60"),
     Case("check-ready-timeout-alone", ("llmload", "check", "{sim}", "--ready-timeout", "5"), 2,
          "--ready-timeout needs --wait-ready; add --wait-ready"),
+    Case("check-url-v1-path", ("llmload", "check", "{sim}/v1"), 2,
+         ("/v1' has a path: give the server's base URL without /v1 (llmload adds "
+          "/v1/chat/completions): llmload check http://127.0.0.1:")),
+    Case("check-model-not-served", ("llmload", "check", "{sim}", "--model", "nope"), 2,
+         ("--model 'nope' is not served by http://127.0.0.1:", "it serves 'llmload-sim-tiny'")),
     Case("sim-port-out-of-range", ("llmload", "sim", "--port", "70000"), 2,
          "--port must be in 0..65535 (0: any free port), not 70000"),
     Case("sim-fault-rate-above-one", ("llmload", "sim", "--fault-500-rate", "2"), 2,
@@ -291,12 +360,49 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
         yield server
 
 
-def _command(case: Case, sim: SimProcess, port: int) -> list[str]:
+class _Pings(http.server.BaseHTTPRequestHandler):
+    """Answers every request 200, then sends `: ping` SSE comments until the client leaves."""
+
+    protocol_version = "HTTP/1.1"
+    stop = threading.Event()
+
+    def _pings(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            while not self.stop.wait(0.1):
+                self.wfile.write(b"8\r\n: ping\n\n\r\n")
+                self.wfile.flush()
+
+    do_GET = do_POST = _pings
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def pinger() -> Iterator[str]:
+    """A target that answers 200 and then only `: ping` comments, forever: its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pings)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="pinger", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    _Pings.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def _command(case: Case, sim: SimProcess, port: int, pinger: str = "") -> list[str]:
     def fill(arg: str) -> str:
         return (
             arg.replace("{sim}", sim.url)
             .replace("{sim_port}", str(sim.port))
             .replace("{free_port}", str(port))
+            .replace("{pinger}", pinger)
         )
 
     args = [fill(a) for a in case.argv[1:]]
@@ -363,10 +469,11 @@ def test_bad_input_is_one_line_and_nothing_else(
         case.setup(cwd)
     port, marker = free_port(), uuid.uuid4().hex
     store = request.getfixturevalue("seaweed").env() if case.store else {}
+    pinger = request.getfixturevalue("pinger") if "{pinger}" in case.argv else ""
     before = _snapshot(cwd)
     start = time.monotonic()
     proc = subprocess.Popen(
-        _command(case, sim, port), cwd=cwd, env=_environment(case, cwd, port, marker, store),
+        _command(case, sim, port, pinger), cwd=cwd, env=_environment(case, cwd, port, marker, store),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip

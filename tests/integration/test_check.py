@@ -28,7 +28,7 @@ def test_every_check_passes_against_the_simulator(
 ) -> None:
     sim = sim_factory()
     url = f"http://127.0.0.1:{sim.port}"
-    code, result = check(capsys, url + "/v1")  # a /v1 suffix is the same server
+    code, result = check(capsys, url + "/")  # a trailing / is the same server (/v1 is refused)
     assert code == 0 and result["ok"] is True
     checks = by_name(result)
     assert list(checks) == ["non-streaming", "streaming", "bad input", "cancellation"]

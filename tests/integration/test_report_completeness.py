@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis import SchemaVersionError, UsageError, build_report, load_run
+from analysis import EventDataError, SchemaVersionError, UsageError, build_report, load_run
 from analysis.schema import CHUNKS_SCHEMA, METADATA_KEY
 from analysis.storage import open_store
 from tests.support.runs import RunBuilder
@@ -112,6 +112,25 @@ def test_rows_a_workers_sink_rejected_make_the_report_incomplete(
 def test_unknown_uri_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no llmload run at"):
         load_run(str(tmp_path / "nothing" / "here"))
+
+
+def test_a_path_that_holds_no_run_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("{}")
+    with pytest.raises(UsageError, match="no llmload run at .*a-file"):
+        load_run(str(tmp_path / "a-file"), progress=False)
+    with pytest.raises(UsageError, match="names no run id"):  # `/`: an unset $EVENTS/$RUN_ID
+        load_run("/", progress=False)
+
+
+def test_every_indexed_part_missing_is_refused_with_the_upload_command(events_dir: Path) -> None:
+    builder = four_requests()
+    uri = builder.write(events_dir)
+    store = open_store(uri)
+    for key in builder.keys:
+        if key.endswith(".parquet"):
+            store.delete(key)
+    with pytest.raises(EventDataError, match="run gaps at .*missing.*llmload upload-spool"):
+        load_run(uri, progress=False)
 
 
 def test_unknown_major_schema_version_is_refused(events_dir: Path) -> None:

@@ -89,7 +89,7 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     doc = json.loads(raw)
     assert set(doc) == {
         "schema_version", "kind", "run_id", "status", "created_at", "ended_at", "target",
-        "config", "versions", "hosts", "workers", "steps", "cold_start", "probes", "search",
+        "config", "versions", "hosts", "workers", "steps", "cold_start", "probes", "search", "stopped_by",
     }  # fmt: skip
     assert doc["schema_version"] == SCHEMA_VERSION and doc["kind"] == "llmload.manifest"
     assert doc["status"] == "finished" and doc["ended_at"].endswith("Z")
@@ -111,6 +111,7 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
         "max_concurrency": None, "over_cap": None, "share_workers": None,
     }  # fmt: skip
     assert doc["search"] is None  # no capacity search
+    assert doc["stopped_by"] is None  # not stopped by a signal
     assert "h" in doc["hosts"]
     assert not list(tmp_path.rglob(".tmp-*"))
 

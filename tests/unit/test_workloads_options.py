@@ -76,7 +76,10 @@ def test_bad_workloads_name_the_problem(spec: str, message: str) -> None:
      ('{"prompt": ""}\n', 'non-empty "prompt"'), ('{"messages": []}\n', 'non-empty "prompt"'),
      ('["a"]\n', ":1: each line needs"), ('{"prompt": "a", "max_tokens": 0}\n', "max_tokens must be an integer >= 1"),
      ('{"prompt": "a", "prompt_tokens": true}\n', "prompt_tokens must be an integer >= 1, not True"),
-     ('{"prompt": "a", "max_tokens": 2.5}\n', "max_tokens must be an integer >= 1")],
+     ('{"prompt": "a", "max_tokens": 2.5}\n', "max_tokens must be an integer >= 1"),
+     ('{"prompt": "a"}\n{"prompt": "b", "max_tokens": 1000000000000}\n',
+      r":2: max_tokens 1000000000000 is above 2147483647, the most a request row records"),
+     ('{"prompt": "a", "prompt_tokens": 2147483648}\n', r"\(prompt_tokens_requested\)")],
 )  # fmt: skip
 def test_bad_datasets_name_the_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "d.jsonl"
