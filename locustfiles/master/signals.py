@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 import gevent
+import greenlet
 
 from locustfiles.master.side import MasterSide
 
@@ -42,24 +43,30 @@ class SignalStop:
         self.received = 0
 
     def install(self) -> SignalStop:
+        """Called in Locust's main greenlet (its init event), which is told when to exit."""
+        self._main = greenlet.getcurrent()
         for signum in SIGNALS:
             gevent.signal_handler(signum, self.on_signal, signum)
         return self
+
+    def _exit_through_locust(self) -> None:
+        """Locust's own way out, as on Ctrl-C: KeyboardInterrupt in its main greenlet (it
+        fires `quitting`, then exits with the environment's process_exit_code)."""
+        gevent.get_hub().loop.run_callback(self._main.throw, KeyboardInterrupt)
 
     def on_signal(self, signum: int) -> None:
         self.received += 1
         name = signal.Signals(signum).name
         coordinator = self.master.coordinator
-        if self.received == 1:
+        if self.received == 1 and (coordinator is None or coordinator.finished_at is not None):
+            self._exit_through_locust()  # no run going (e.g. after an autostarted run): exit
+        elif self.received == 1 and coordinator is not None:
             self.environment.process_exit_code = exit_status(signum)
             _say(f"llmload: {name}: stopping the run; in-flight requests are recorded aborted "
                  "and every worker flushes its events (send it again to see what is waited "
                  "for, a third time to exit at once)")  # fmt: skip
-            if coordinator is not None and coordinator.finished_at is None:
-                coordinator.stop_for_signal(name)
-                self._quit_after_the_run()
-            else:
-                gevent.spawn(self.environment.runner.quit)
+            coordinator.stop_for_signal(name)
+            self._exit_after_the_run()
         elif self.received == 2:
             waiting = coordinator.waiting_for() if coordinator is not None else "nothing"
             _say(f"llmload: {name} again: waiting for {waiting}; a third signal exits at once")
@@ -69,17 +76,16 @@ class SignalStop:
                  f"{spool}: upload them with llmload upload-spool")  # fmt: skip
             os._exit(exit_status(signum))
 
-    def _quit_after_the_run(self) -> None:
-        """A headless run quits when its shape ends; an autostarted one only stops: quit it."""
-        parsed = self.environment.parsed_options
-        if getattr(parsed, "headless", False):
+    def _exit_after_the_run(self) -> None:
+        """A headless run exits when its shape ends; an autostarted one keeps its web UI:
+        exit once the shape has ended the run."""
+        if getattr(self.environment.parsed_options, "headless", False):
             return
-        runner = self.environment.runner
-        shape = getattr(runner, "shape_greenlet", None)
+        shape = getattr(self.environment.runner, "shape_greenlet", None)
         if shape is None:
-            gevent.spawn(runner.quit)
+            self._exit_through_locust()
         else:
-            shape.link(lambda _: gevent.spawn(runner.quit))
+            shape.link(lambda _: self._exit_through_locust())
 
 
 def _say(line: str) -> None:

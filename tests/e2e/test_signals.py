@@ -29,14 +29,18 @@ def _requests(run: Path) -> pd.DataFrame:
 
 
 def _run_and_signal(
-    tmp_path: Path, sig: signal.Signals, workers: int, worker_first: bool = False
+    tmp_path: Path,
+    sig: signal.Signals,
+    workers: int,
+    worker_first: bool = False,
+    mode: tuple[str, ...] = ("--headless",),
 ) -> None:
     """A run signalled once `sig` (its master), after SIGTERM to its first worker if
     `worker_first`; every request the simulator answered is in the events, once."""
     events = tmp_path / "runs"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with start_sim(tmp_path / "sim", "--decode-base-ms", "5") as sim:
-        cmd = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+        cmd = [str(BIN / "locust"), "-f", str(LOCUSTFILE), *mode, "--only-summary",
                "--host", sim.url, "--events-uri", str(events),
                "--spool-dir", str(tmp_path / "spool"), *ARGS]  # fmt: skip
         procs: list[subprocess.Popen[str]] = []
@@ -100,3 +104,8 @@ def test_sigterm_on_a_master_flushes_its_workers(tmp_path: Path) -> None:
 
 def test_sigterm_on_a_worker_keeps_its_requests(tmp_path: Path) -> None:
     _run_and_signal(tmp_path, signal.SIGTERM, workers=2, worker_first=True)
+
+
+def test_sigterm_on_an_autostarted_web_ui_run_ends_it_and_exits(tmp_path: Path) -> None:
+    web = ("--autostart", "--web-host", "127.0.0.1", "--web-port", str(free_port()))
+    _run_and_signal(tmp_path, signal.SIGTERM, workers=0, mode=web)
