@@ -22,7 +22,6 @@ import sys
 from typing import Any
 
 import gevent
-import greenlet
 
 from locustfiles.master.side import MasterSide
 
@@ -44,7 +43,7 @@ class SignalStop:
 
     def install(self) -> SignalStop:
         """Called in Locust's main greenlet (its init event), which is told when to exit."""
-        self._main = greenlet.getcurrent()
+        self._main = gevent.getcurrent()
         for signum in SIGNALS:
             gevent.signal_handler(signum, self.on_signal, signum)
         return self
