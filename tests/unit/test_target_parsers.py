@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from analysis.errors import UsageError
 from infra.campaign.config import parse_campaign
 from locustfiles.master.preflight import refused_model, served_models, unknown_model
-from locustfiles.run.options import OPTIONS, from_parsed
+from locustfiles.run.options import from_parsed
 from locustfiles.run.parsers import BODY_OWNERS, base_url_problem, check_extra_body, check_host
+from tests.support.options import parsed_options as _parsed
 
 
 @pytest.mark.parametrize(
@@ -67,15 +66,6 @@ def test_a_campaign_target_url_is_refused_as_host_is() -> None:
 def test_extra_body_may_not_set_what_llmload_owns(key: str) -> None:
     with pytest.raises(UsageError, match=rf"^--extra-body sets '{key}', which llmload owns"):
         check_extra_body({"temperature": 0, key: None})
-
-
-def _parsed(**changes: object) -> argparse.Namespace:
-    ns = argparse.Namespace()
-    for flag, kwargs in OPTIONS:
-        setattr(ns, flag.lstrip("-").replace("-", "_"), kwargs.get("default"))
-    for key, value in changes.items():
-        setattr(ns, key, value)
-    return ns
 
 
 def test_extra_body_is_checked_when_the_options_are_parsed() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from analysis.errors import UsageError
 from locustfiles.run.options import OPTIONS, from_parsed
 from locustfiles.traffic.workloads import parse_workload
+from tests.support.options import parsed_options as defaults
 
 
 def test_mix_weights_and_reproducible_sampling() -> None:
@@ -93,15 +93,6 @@ def test_dataset_not_utf8(tmp_path: Path) -> None:
     path.write_bytes(b'{"prompt": "\xff"}\n')
     with pytest.raises(UsageError, match="is not UTF-8 text"):
         parse_workload(f"dataset:{path}")
-
-
-def defaults(**changes: object) -> argparse.Namespace:
-    ns = argparse.Namespace()
-    for flag, kwargs in OPTIONS:
-        setattr(ns, flag.lstrip("-").replace("-", "_"), kwargs.get("default"))
-    for key, value in changes.items():
-        setattr(ns, key, value)
-    return ns
 
 
 def test_defaults_are_valid_and_every_option_has_an_env_var() -> None:
