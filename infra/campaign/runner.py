@@ -131,13 +131,14 @@ def free_run_id(campaign: Campaign, workload: NamedWorkload, tries: int = 100) -
 
     Where the store cannot say, the id is used: the master's preflight reports the store."""
     run_id = new_run_id(campaign, workload)
-    for _ in range(tries):
-        try:
-            if not run_taken(open_store(campaign.events_uri), run_id):
+    try:
+        store = open_store(campaign.events_uri)  # once: each try only lists its own id
+        for _ in range(tries):
+            if not run_taken(store, run_id):
                 break
-        except (LlmloadError, OSError):
-            break
-        run_id = new_run_id(campaign, workload)
+            run_id = new_run_id(campaign, workload)
+    except (LlmloadError, OSError):
+        pass
     return run_id
 
 
