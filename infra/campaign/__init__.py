@@ -5,7 +5,8 @@
     results = run_campaign(campaign, out_root=Path("llmload-reports"))
 
 config.py reads and validates the file, runner.py runs the processes, procs.py keeps them
-from outliving the command, report.py builds and describes the reports.
+from outliving the command, stop.py ends the run going as `aborted` on SIGTERM or SIGINT
+(CampaignStopped: exit 128 + the signal), report.py builds and describes the reports.
 """
 
 from infra.campaign.config import (
@@ -17,10 +18,12 @@ from infra.campaign.config import (
     parse_campaign,
 )
 from infra.campaign.runner import CampaignError, RunResult, run_campaign
+from infra.campaign.stop import CampaignStopped
 
 __all__ = [
     "Campaign",
     "CampaignError",
+    "CampaignStopped",
     "Engine",
     "NamedWorkload",
     "RunResult",

@@ -2,6 +2,7 @@
 
 report = report_run(run_uri, out_dir, slo)        # files in out_dir, as `llmload report`
 print(describe(report))                           # step table, SLO verdict, report path
+aborted_line(report)                              # "ABORTED: ... stopped by SIGTERM", or None
 search_line(report)                               # what a capacity search found, or None
 """
 
@@ -29,6 +30,9 @@ def describe(report: Report, label: str = "") -> str:
         lines += [f"{heading}: SIMULATED engine", SIMULATED_BANNER]
     else:
         lines.append(heading)
+    aborted = aborted_line(report)
+    if aborted is not None:
+        lines.append(aborted)
     lines.append(md_table(*step_table(report)))
     search = search_line(report)
     if search is not None:
@@ -39,6 +43,15 @@ def describe(report: Report, label: str = "") -> str:
     main = report.files.get("report.html") or report.files.get("report.md")
     lines.append(f"report: {Path(main).resolve() if main else 'not written'}")
     return "\n".join(lines)
+
+
+def aborted_line(report: Report) -> str | None:
+    """One line when the run was stopped before its plan ended (None: it was not)."""
+    if report.manifest.get("status") != "aborted":
+        return None
+    by = report.manifest.get("stopped_by")
+    how = f"stopped by {by}" if by else "stopped"
+    return f"ABORTED: the run was {how} before its last step ended; its last step is cut short"
 
 
 def failing_steps(report: Report) -> list[str]:

@@ -6,7 +6,8 @@
 One workload is one run (its own run id, events under `<events_uri>/<run_id>/`, report in
 `<out_root>/<run_id>/`, process logs in `<out_root>/<run_id>/logs/`). Workloads run one after
 another. Every process started here is stopped before `run_campaign` returns or raises,
-Ctrl-C included (see procs.py).
+Ctrl-C included (see procs.py). SIGTERM or SIGINT ends the run going as `aborted` through its
+master, its events kept, runs no further workload and raises CampaignStopped (stop.py).
 
 A run with a capacity search (`search: rate|concurrency`) may end with the master's exit
 status 3 (EXIT_SEARCH_LOWEST_FAILED): even the lowest level missed the SLO. That run is
@@ -36,13 +37,15 @@ from analysis.storage import join_uri, open_store
 from infra.campaign.config import Campaign, NamedWorkload
 from infra.campaign.procs import Children
 from infra.campaign.report import level_text, report_run, search_block, search_line
+from infra.campaign.stop import StopSignals
 from infra.ports import free_port
 from locustfiles.run.manifest import run_taken
-from locustfiles.run.table import command_line
+from locustfiles.run.table import OPTION, command_line
 
 LOCUSTFILE = Path(locustfiles.__file__).parent / "chat.py"
 MASTER_GRACE_S = 30.0
-"""After Ctrl-C: how long the master may take to collect the workers' events."""
+"""After a stop signal: how long the master may take, beyond its --finish-timeout (its wait
+for the workers' events), to end the run (stop users, write the final manifest)."""
 WORKER_EXIT_S = 15.0
 """After the master ended: how long workers may take to quit on their own."""
 EXIT_SEARCH_LOWEST_FAILED: Final = 3
@@ -90,20 +93,23 @@ def run_campaign(
     """Run every workload of the campaign in turn and report each; see the module docstring."""
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     results = []
-    for workload in campaign.workload:
-        with scoped_environ(env or {}):
-            run_id = free_run_id(campaign, workload)
-        out_dir = out_root / run_id
-        run_uri = join_uri(campaign.events_uri, run_id)
-        status = run_workload(campaign, workload, run_id, out_dir / "logs", child_env, echo)
-        echo(f"run {run_id} ended; building the report from {run_uri}")
-        with scoped_environ(env or {}):
-            report = report_run(run_uri, out_dir, campaign.slo)
-        result = RunResult(workload, run_id, run_uri, out_dir, report, status)
-        line = _search_outcome(campaign, result)
-        if line is not None:
-            echo(line)
-        results.append(result)
+    with StopSignals() as stop:  # SIGTERM/SIGINT: the run going ends aborted (stop.py)
+        for workload in campaign.workload:
+            with scoped_environ(env or {}):
+                run_id = free_run_id(campaign, workload)
+            out_dir = out_root / run_id
+            run_uri = join_uri(campaign.events_uri, run_id)
+            status = run_workload(
+                campaign, workload, run_id, out_dir / "logs", child_env, echo, stop=stop
+            )
+            echo(f"run {run_id} ended; building the report from {run_uri}")
+            with scoped_environ(env or {}):
+                report = report_run(run_uri, out_dir, campaign.slo)
+            result = RunResult(workload, run_id, run_uri, out_dir, report, status)
+            line = _search_outcome(campaign, result)
+            if line is not None:
+                echo(line)
+            results.append(result)
     return results
 
 
@@ -149,10 +155,14 @@ def run_workload(
     log_dir: Path,
     env: Mapping[str, str],
     echo: Echo,
+    *,
+    stop: StopSignals | None = None,
 ) -> int:
     """One run: master (+ local workers) until the master exits; raises CampaignError.
 
-    Returns the master's exit status: 0, or EXIT_SEARCH_LOWEST_FAILED after a search.
+    Returns the master's exit status: 0, or EXIT_SEARCH_LOWEST_FAILED after a search. With
+    `stop`, a SIGTERM or SIGINT ends the run through its master as `aborted` and raises
+    CampaignStopped once the master and workers have ended (stop.py).
     """
     port = campaign.master_port or free_port(campaign.master_bind_host)
     with Children(log_dir) as children:
@@ -164,22 +174,28 @@ def run_workload(
             for i in range(campaign.local_workers)
         }
         _announce(campaign, workload, run_id, port, echo)
-        try:
-            ended = _wait_for_master(children, master, workers, run_deadline(campaign))
-        except KeyboardInterrupt:
-            echo(f"interrupted: stopping run {run_id} (the master collects the events first)")
-            children.stop("master", MASTER_GRACE_S)
-            raise
+        if stop is None:
+            try:
+                ended = _wait_for_master(children, master, workers, run_deadline(campaign))
+            except KeyboardInterrupt:
+                echo(f"interrupted: stopping run {run_id} (the master collects the events first)")
+                children.stop("master", MASTER_GRACE_S)
+                raise
+        else:
+            run_uri = join_uri(campaign.events_uri, run_id)
+            grace = finish_timeout(campaign) + MASTER_GRACE_S
+            with stop.watching(run_id, run_uri, master, children, grace):
+                ended = _wait_for_master(children, master, workers, run_deadline(campaign), stop)
+                if ended:
+                    _wait_for_workers(workers)
+            stop.raise_if_stopped()  # the run ended as aborted: no report, no next workload
         if not ended:
             raise CampaignError(
                 f"run {run_id} did not end within {run_deadline(campaign):.0f} s; "
                 f"see {children.log_path('master')}"
             )
-        for worker in workers.values():
-            try:
-                worker.wait(WORKER_EXIT_S)
-            except subprocess.TimeoutExpired:
-                break  # stop_all ends it
+        if stop is None:
+            _wait_for_workers(workers)
         if not _completed(campaign, master.returncode):
             said = _error_lines(children.log_path("master"))  # its own words, if it said any
             tail = children.log_tail("master")
@@ -195,6 +211,31 @@ def run_workload(
                     f"log {children.log_path(name)}:\n{children.log_tail(name)}"
                 )
         return int(master.returncode)
+
+
+def _wait_for_workers(workers: Mapping[str, subprocess.Popen[bytes]]) -> None:
+    """After the master ended: workers quit on their own within WORKER_EXIT_S (else the
+    Children block stops them). Polls, so that stop signals are acted on meanwhile."""
+    deadline = time.monotonic() + WORKER_EXIT_S
+    while any(w.poll() is None for w in workers.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def finish_timeout(campaign: Campaign) -> float:
+    """The master's --finish-timeout (its wait for the workers' flush): `extra`, else the
+    option's default."""
+    extra = list(campaign.extra)
+    value: object = OPTION["finish_timeout"].default
+    for i, arg in enumerate(extra):
+        if arg == "--finish-timeout" and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith("--finish-timeout="):
+            value = arg.split("=", 1)[1]
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        seconds = float(OPTION["finish_timeout"].default)
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
 
 def _error_lines(log: Path) -> str:
@@ -218,13 +259,19 @@ def _wait_for_master(
     master: subprocess.Popen[bytes],
     workers: Mapping[str, subprocess.Popen[bytes]],
     timeout: float,
+    stop: StopSignals | None = None,
 ) -> bool:
-    """True when the master ended within `timeout`; a worker that fails first fails the run."""
+    """True when the master ended within `timeout`; a worker that fails first fails the run.
+
+    Once a stop signal came, the master has its grace (stop.deadline) to end the run, and a
+    worker's exit is left to the master to account for."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < (deadline if stop is None else stop.deadline(deadline)):
         if master.poll() is not None:
             return True
         for name, worker in workers.items():
+            if stop is not None and stop.requested:
+                break
             if worker.poll() not in (None, 0):  # workers exit 0 when their master ends the run
                 raise CampaignError(
                     f"{name} exited with status {worker.returncode} during the run; "

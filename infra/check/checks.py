@@ -159,16 +159,31 @@ class Checker:
         """A --model that `/v1/models` answered without listing, and that a one-token request
         is refused for (4xx), is bad input: UsageError naming the models served (as the run's
         preflight, locustfiles/master/preflight.py)."""
-        from analysis.errors import UsageError
-        from locustfiles.master.preflight import refused_model, served_models, unknown_model
+        if self._unlisted(models):
+            self._refuse_unlisted(models, self.target.post(self.config.path, self._one_token()))
+
+    def _one_token(self) -> dict[str, Any]:
+        """The one-token request for the model that tells a refused --model (and readiness)."""
+        return self.body(PROMPT, 1, False)
+
+    def _unlisted(self, models: Answer) -> list[str]:
+        """The models served, when `/v1/models` answered a list without --model (else [])."""
+        from locustfiles.master.preflight import served_models
 
         model = self.config.model
         served = served_models(models.body) if models.ok else []
-        if not model or not served or model in served:
-            return
-        answer = self.target.post(self.config.path, self.body(PROMPT, 1, False))
-        if refused_model(answer.status):
-            raise UsageError(unknown_model(model, served, self.target.base))
+        return served if model and served and model not in served else []
+
+    def _refuse_unlisted(self, models: Answer, answer: Answer) -> None:
+        """UsageError when the one-token request for a --model `models` does not list was
+        refused (4xx): the model is not served, and waiting will not change that."""
+        from analysis.errors import UsageError
+        from locustfiles.master.preflight import unknown_model
+        from locustfiles.request.errors import refused_status
+
+        served = self._unlisted(models)
+        if served and self.config.model and refused_status(answer.status):
+            raise UsageError(unknown_model(self.config.model, served, self.target.base))
 
     def learn_version(self) -> None:
         for path in ("/version", "/info"):  # vLLM and the simulator; TGI
@@ -193,16 +208,25 @@ class Checker:
 
     # -- checks ------------------------------------------------------------------------
     def ready(self) -> CheckResult:
-        """Poll until the first successful completion; seconds from the check's start."""
+        """Poll until the first successful completion; seconds from the check's start.
+
+        A --model the server's model list leaves out and its completion refuses (4xx) is bad
+        input, not a server still loading: UsageError at once, as without --wait-ready."""
         t0 = time.monotonic()
         deadline = t0 + self.config.ready_timeout
         last = "no answer yet"
         tries = 0
+        listed: Answer | None = None  # the first answer /v1/models gave with 200
         while True:
             tries += 1
-            if self.learned.models_ready_s is None and self.learn_models().ok:
-                self.learned.models_ready_s = time.monotonic() - t0
-            answer = self.target.post(self.config.path, self.body(PROMPT, 1, False))
+            if listed is None:
+                answered = self.learn_models()
+                if answered.ok:
+                    listed = answered
+                    self.learned.models_ready_s = time.monotonic() - t0
+            answer = self.target.post(self.config.path, self._one_token())
+            if listed is not None:
+                self._refuse_unlisted(listed, answer)
             if answer.ok:
                 ready = time.monotonic() - t0
                 self.learned.ready_s = ready

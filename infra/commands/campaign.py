@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from infra.campaign import load_campaign, run_campaign
+    from infra.campaign import CampaignStopped, load_campaign, run_campaign
     from infra.campaign.extra import check_extra
     from infra.campaign.procs import sigterm_interrupts
     from infra.campaign.report import describe, failing_steps
@@ -47,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.config}: valid ({len(campaign.workload)} workload(s): {names})")
         return 0
     out_root = args.out or Path(campaign.report_dir)
-    with sigterm_interrupts():
-        results = run_campaign(campaign, out_root, echo=_echo)
+    try:
+        with sigterm_interrupts():
+            results = run_campaign(campaign, out_root, echo=_echo)
+    except CampaignStopped as stop:  # the run ended aborted, its events kept (its line said)
+        return stop.exit_status  # 143 SIGTERM, 130 SIGINT
     failed, lowest_failed = [], []
     for result in results:
         for warning in result.report.warnings:

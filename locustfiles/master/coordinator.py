@@ -41,9 +41,15 @@ from locustfiles.run.manifest import (
     write_manifest,
 )
 from locustfiles.run.options import ChatOptions
+from locustfiles.run.probe import PROBE_TIMEOUT_S
 from locustfiles.run.protocol import MSG_FINISH, MSG_STEP
+from locustfiles.sink.checks import store_reason
 
 log = logging.getLogger("llmload.master")
+
+FINISH_MARGIN_S = 5.0
+"""Beyond --finish-timeout (a worker sink's own bound to flush), how long the master waits
+for a worker's finish report to arrive."""
 
 DRAIN_TIMEOUT_S = 600.0  # a paused search waits at most this long for requests to end
 SINK_ERRORS_KEPT = 5  # first messages of a worker's sink report kept in the manifest
@@ -107,6 +113,7 @@ class RunCoordinator:
         )
         self.manifest.stored = manifest_stored
         self._foreign_manifest = False  # the id's manifest is another run's: never written
+        self._manifest_failure: str | None = None  # why the latest manifest write failed
         self._started = False
         self.finished_at: int | None = None
         self.server_metrics: ServerMetricsScraper | None = None
@@ -309,7 +316,8 @@ class RunCoordinator:
             self._expected = clients - self._failed
             runner.send_message(MSG_FINISH, {"run_id": self.run_id})
             if self._expected and not self._expected <= set(self.finished):
-                self._all_finished.wait(self.options.finish_timeout)
+                # a worker's sink may take all of --finish-timeout, then its report travels
+                self._all_finished.wait(self.options.finish_timeout + FINISH_MARGIN_S)
             for data in self.finished.values():
                 log.info("llmload: worker %s events: %s", data.get("worker_id"), data.get("sink"))
             # also those that took part and went missing (no heartbeat) before the end
@@ -335,12 +343,38 @@ class RunCoordinator:
                 flush=True,
             )
             self.environment.process_exit_code = 1
+        sent = sum(int(d.get("sent") or 0) for d in self.finished.values())
+        if self.finished and not sent and not stopped_for:
+            # e.g. start-up probes of a slow target outlasting the steps: not a run to report
+            print(
+                f"llmload: error: run {self.run_id}: no request was sent before the steps "
+                "ended (each worker first probes the target, up to "
+                f"{PROBE_TIMEOUT_S:g} s a probe: see the manifest's probes); give longer steps "
+                "(--step-duration) or check that the target answers promptly",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.environment.process_exit_code = 1
+        # Workers whose events did not all reach the store (a full disk, the store down at
+        # their close): the run is incomplete, a failure too (exit 1) unless one is named.
+        for data in self.finished.values():
+            if left := events_left_behind(data):
+                print(f"llmload: error: run {self.run_id}: {left}", file=sys.stderr, flush=True)
+                if not getattr(self.environment, "process_exit_code", None):
+                    self.environment.process_exit_code = 1
         if getattr(self.plan, "status", None) == "lowest_failed":
             log.error("llmload: capacity search: even the lowest level (%g) missed the SLO %s",
                       self.options.levels[0], self.options.slo)  # fmt: skip
             self.environment.process_exit_code = 3
         self.manifest.finish(status)
         self._write()
+        if self._manifest_failure is not None:
+            print(f"llmload: error: run {self.run_id}: its final manifest is not in the events "
+                  f"store {self.options.events_uri} ({self._manifest_failure}); the report "
+                  "reads the parts without it (the run's steps and status as of the last "
+                  "manifest written)", file=sys.stderr, flush=True)  # fmt: skip
+            if not getattr(self.environment, "process_exit_code", None):
+                self.environment.process_exit_code = 1
         self.finished_at = time.time_ns()
         return self.manifest.to_dict()
 
@@ -375,8 +409,18 @@ class RunCoordinator:
             log.error("llmload: error: run %s already exists in the events store %s; its "
                       "manifest is left as it is: choose another --run-id, or leave --run-id "
                       "out for a generated one", self.run_id, self.options.events_uri)  # fmt: skip
-        except Exception:  # never lose the run over a manifest write: log and carry on
-            log.exception("llmload: could not write the manifest of run %s", self.run_id)
+        except Exception as exc:  # never lose the run over a manifest write: say it, carry on
+            reason = store_reason(exc)
+            log.debug("llmload: manifest write failed", exc_info=True)
+            if reason != self._manifest_failure:  # once per cause, not at every step
+                log.error("llmload: could not write the manifest of run %s to %s (%s); it is "
+                          "written again at the next step and at the end", self.run_id,
+                          self.options.events_uri, reason)  # fmt: skip
+            self._manifest_failure = reason
+        else:
+            if self._manifest_failure is not None:
+                log.warning("llmload: the manifest of run %s is written again", self.run_id)
+            self._manifest_failure = None
 
     def _named(self, step: dict[str, Any]) -> dict[str, Any]:
         """A timeline entry with its share clients named by worker id (known after hello)."""
@@ -401,3 +445,27 @@ class RunCoordinator:
             rows_dropped=int(sink.get("dropped_rows") or 0) if sink else None,
             sink_errors=tuple(str(e) for e in errors[:SINK_ERRORS_KEPT]) if errors else (),
         )
+
+
+def events_left_behind(finished: dict[str, Any]) -> str | None:
+    """What a worker's finish report says did not reach the store, in a sentence (None: its
+    events are all there): parts waiting in its spool, rows lost before they were spooled."""
+    sink = finished.get("sink")
+    if not isinstance(sink, dict):
+        return None
+    parts = int(sink.get("pending_parts") or 0)
+    memory = sink.get("memory_rows") if sink.get("closed") else None
+    lost = {t: n for t, n in (memory or {}).items() if n}
+    if not parts and not lost:
+        return None
+    spool = sink.get("spool_dir")
+    said = []
+    if parts:
+        rows = sum((sink.get("spool_rows") or {}).values())
+        said.append(f"{rows} rows in {parts} parts wait in its spool {spool}: send them with "
+                    f"`llmload upload-spool {spool} --events-uri {sink.get('events_uri') or 'URI'}`")  # fmt: skip
+    if lost:
+        counts = ", ".join(f"{n} {table} rows" for table, n in lost.items())
+        said.append(f"{counts} were lost (never written to its spool {spool})")
+    worker = finished.get("worker_id") or "?"
+    return f"worker {worker}'s events are incomplete in the store: {'; '.join(said)}"

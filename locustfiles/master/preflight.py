@@ -18,12 +18,15 @@ events store (a run id names one run); `--host` is a base URL
 without a path or query (run/parsers.py); the target
 answers (any HTTP response; `--wait-ready SECONDS` waits for one that is still starting);
 a `--model` the server's `/v1/models` does not list is one it accepts (`check_model`);
+a request of the run's shape is not refused (`check_first_request`: a 401, a 404, a 400 on
+what --extra-body adds would refuse every request of the run);
 the events store accepts the run's first object, its manifest. A store that fails later in
 the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,14 +34,23 @@ from typing import Any
 
 from analysis.errors import LlmloadError, UsageError
 from analysis.storage import ObjectExistsError, ObjectStore, open_store
-from locustfiles.request.client import new_pool
-from locustfiles.request.errors import root_cause
+from locustfiles.request.client import Limits, new_pool
+from locustfiles.request.errors import refused_status, root_cause
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
+from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord, RunManifest, run_taken, write_manifest
 from locustfiles.run.options import ChatOptions
 from locustfiles.run.parsers import check_host
-from locustfiles.run.probe import PROBE_TIMEOUT_S, SentProbe, new_probe_id, send_probe
+from locustfiles.run.probe import (
+    PROBE_TIMEOUT_S,
+    SentProbe,
+    new_probe_id,
+    send_probe,
+    send_stream_probe,
+)
+from locustfiles.run.secrets import redact, secret_values
 from locustfiles.sink.checks import check_spool, check_takes_files, store_reason
+from locustfiles.sink.eventsink import default_spool_dir
 from locustfiles.traffic.prompts import PromptBuilder
 
 WAIT_POLL_S = 0.5
@@ -105,11 +117,6 @@ def unknown_model(model: str, served: list[str], host: str, flag: str = "--model
     )
 
 
-def refused_model(status: int | None) -> bool:
-    """Whether a request's status means the server refused it as such (4xx, not 408/429)."""
-    return status is not None and 400 <= status < 500 and status not in (408, 429)
-
-
 def check_model(host: str, options: ChatOptions, models: SentProbe) -> list[ProbeRecord]:
     """A `--model` that `/v1/models` answered without listing is refused (UsageError naming
     the models served) when a one-token request for it is refused too (4xx): some servers list
@@ -130,9 +137,55 @@ def check_model(host: str, options: ChatOptions, models: SentProbe) -> list[Prob
                           timeout=min(options.request_timeout, PROBE_TIMEOUT_S))  # fmt: skip
     finally:
         pool.clear()
-    if refused_model(sent.reply.status):
+    if refused_status(sent.reply.status):
         raise UsageError(unknown_model(options.model, served, host))
     return [sent.record]
+
+
+def first_request_fix(status: int | None, options: ChatOptions) -> str:
+    """What to change when the server refused the run's first request with `status`."""
+    if status in (401, 403):
+        return ("give the API key the server expects: --api-key-env NAME names the environment "
+                "variable that holds it (on every worker's host too)")  # fmt: skip
+    if status in (404, 405):
+        return (f"the server has no POST {options.path}: check --endpoint (chat or "
+                "completions) and that --host is an OpenAI-compatible server's base URL")  # fmt: skip
+    return ("fix what the server names (--extra-body, --model, --continuous-usage, "
+            "--ignore-eos) or the server's settings")  # fmt: skip
+
+
+def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> ProbeRecord:
+    """One request of the run's shape (the model, streamed or not, stream options and
+    --extra-body as every request of the run; a short prompt, one token), bounded by the
+    run's timeouts and PROBE_TIMEOUT_S. Refused as such (4xx but 408/429): every request of
+    the run would be, so UsageError with the server's message, before any load. Any other
+    outcome (answered, 5xx, timeout) lets the run start: a server still warming up is the
+    run's to measure. Returns its probe record (purpose `first_request`), for the manifest."""
+    served = served_models(models.reply.json()) if models.reply.status == 200 else []
+    model = options.model or (served[0] if served else None)
+    body = request_body(options, model, "hi", None, 1, stream=options.stream,
+                        continuous_usage=options.continuous_usage == "on",
+                        ignore_eos=False)  # fmt: skip
+    bound = min(options.request_timeout, PROBE_TIMEOUT_S)
+    limits = Limits(connect_timeout=options.connect_timeout, request_timeout=bound,
+                    ttft_timeout=options.ttft_timeout or None,
+                    stall_timeout=options.stall_timeout or None, read_timeout=bound,
+                    max_event_bytes=options.max_event_bytes)  # fmt: skip
+    secrets = secret_values(os.environ)
+    pool = new_pool()
+    try:
+        record, probe = send_stream_probe(pool, "first_request", host.rstrip("/") + options.path,
+                                          body, limits, endpoint=options.endpoint, model=model,
+                                          api_key=options.api_key(), secrets=secrets)  # fmt: skip
+    finally:
+        pool.clear()
+    if refused_status(record.http_status):
+        detail = redact(record.error_detail or f"HTTP {record.http_status}", secrets)
+        raise UsageError(
+            f"the target {host} refused this run's first request ({detail}); every request "
+            f"would be refused the same way: {first_request_fix(record.http_status, options)}"
+        )
+    return probe
 
 
 def run_exists(options: ChatOptions, run_id: str) -> UsageError:
@@ -171,10 +224,22 @@ def check_report_dir(options: ChatOptions) -> None:
         ) from None
 
 
-def check_run_id(options: ChatOptions, run_id: str) -> None:
-    """No run of this id is in the events store yet (before any request): or UsageError."""
+def check_run_id(options: ChatOptions, run_id: str, *, local_spool: bool = False) -> None:
+    """No run of this id is in the events store yet (before any request): or UsageError.
+
+    `local_spool`: this process sends the requests, so its spool folder must not hold parts of
+    a run of this id either (a run whose upload never finished: they would be mixed)."""
     if run_id_taken(options)(run_id):
         raise run_exists(options, run_id)
+    if local_spool:
+        root = Path(options.spool_dir) if options.spool_dir else default_spool_dir()
+        if any(path.is_file() for path in (root / run_id).rglob("*")):
+            raise UsageError(
+                f"run {run_id} already has events waiting in the spool folder {root / run_id} "
+                "(a run of this id whose upload did not finish); a run id names one run: "
+                f"upload them (llmload upload-spool {root} --events-uri {options.events_uri}) "
+                "or choose another --run-id"
+            )
 
 
 def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> ObjectStore:
@@ -209,9 +274,10 @@ def preflight(
         check_prompts(options)
         check_spool(options)
     check_report_dir(options)
-    check_run_id(options, run_id)
+    check_run_id(options, run_id, local_spool=sends_requests)
     models = check_target(host, options)
     probes = [models.record, *check_model(host, options, models)]
+    probes.append(check_first_request(host, options, models))
     write_first_manifest(options, run_id, host)
     return probes
 

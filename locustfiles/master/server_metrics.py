@@ -124,6 +124,7 @@ class ServerMetricsScraper:
         self.absent: str | None = None  # why the target has no metrics (scraping off)
         self._lines: list[dict[str, Any]] = []
         self._answered = False
+        self._write_failure: str | None = None  # why the latest part write failed
         self._last_flush = time.monotonic()
         self._greenlet: Any = None
         self._stopping: Any = None
@@ -207,6 +208,13 @@ class ServerMetricsScraper:
         try:
             self.store.put(key, data)
             self.parts += 1
-        except Exception:  # a store outage loses these samples, never the run
-            log.exception("llmload: could not write server metrics part %s", key)
+        except Exception as exc:  # a store outage keeps these samples for the next try
+            reason = (str(exc) or type(exc).__name__)[:200]
+            log.debug("llmload: server metrics write failed", exc_info=True)
+            if reason != self._write_failure:  # once per cause, not at every flush
+                log.error("llmload: could not write server metrics part %s (%s); its samples "
+                          "are kept and written with the next part", key, reason)  # fmt: skip
+            self._write_failure = reason
             self._lines = lines + self._lines
+        else:
+            self._write_failure = None

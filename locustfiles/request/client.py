@@ -158,8 +158,9 @@ def execute(
             watch.start(resp)  # from here the watchdog keeps the deadlines
         else:  # each read checks the deadlines (no watchdog in this process)
             clock = ReadDeadlines(watch, _socket_of(resp), limits.read_timeout)
-            clock.last = _perf_ns()
+            watch.progress = clock.last = _perf_ns()
         for datas, arrived in events(resp, clock, limits.max_event_bytes):  # sets watch.last
+            watch.progress = arrived  # a data event: the stall timer starts again
             now = arrived - t0
             if len(datas) > 1:  # events that share one read's timestamp
                 record.coalesced_events += len(datas) - 1

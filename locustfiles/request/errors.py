@@ -37,6 +37,12 @@ TRANSPORT: Final = "transport"
 TRANSPORT_ERRORS: Final = (HTTPError, OSError)
 
 
+def refused_status(status: int | None) -> bool:
+    """Whether a response's status means the server refused the request as such (4xx, not
+    408 or 429): the same request sent again gets the same answer."""
+    return status is not None and 400 <= status < 500 and status not in (408, 429)
+
+
 def transport_kind(exc: BaseException, responded: bool = False) -> str | None:
     """The class of a failure while sending or reading; `responded`: headers were in."""
     if isinstance(exc, NewConnectionError | ConnectTimeoutError) or (

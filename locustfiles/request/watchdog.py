@@ -22,14 +22,17 @@ _perf_ns = time.perf_counter_ns
 
 
 class Watch:
-    """One request's deadlines; `last` is the perf_counter_ns of its latest read."""
+    """One request's deadlines; `last` is the perf_counter_ns of its latest read, `progress`
+    of its latest read that completed a data event: the stall timer's start, so bytes that
+    carry no data (`: ping` comments, keep-alives) do not keep a stalled stream open."""
 
-    __slots__ = ("expired", "last", "limits", "sock", "t0", "waiting_first")
+    __slots__ = ("expired", "last", "limits", "progress", "sock", "t0", "waiting_first")
 
     def __init__(self, limits: Any) -> None:
         self.limits = limits
         self.t0 = 0
         self.last = 0
+        self.progress = 0
         self.waiting_first = True
         self.expired: str | None = None
         self.sock: Any = None
@@ -37,7 +40,7 @@ class Watch:
     def start(self, resp: Any) -> None:
         conn = getattr(resp, "_connection", None)
         self.sock = getattr(conn, "sock", None)
-        self.last = _perf_ns()
+        self.last = self.progress = _perf_ns()
         if self.sock is not None:
             _watchdog.add(self)
 
@@ -57,7 +60,7 @@ class Watch:
         if (
             not self.waiting_first
             and lim.stall_timeout
-            and now - self.last > lim.stall_timeout * 1e9
+            and now - self.progress > lim.stall_timeout * 1e9
         ):
             return "stall_timeout"
         return None
@@ -70,6 +73,8 @@ class Watch:
             left = min(left, lim.request_timeout - (now - self.t0) / 1e9)
         if self.waiting_first and lim.ttft_timeout:
             left = min(left, lim.ttft_timeout - (now - self.t0) / 1e9)
+        if not self.waiting_first and lim.stall_timeout:
+            left = min(left, lim.stall_timeout - (now - self.progress) / 1e9)
         return max(left, 0.0) + 0.01  # a hair past the deadline, so that check() sees it
 
     def detail(self) -> str:

@@ -89,6 +89,8 @@ PROBE_PURPOSES = (
     "continuous_usage",
     "calibration",
     "preflight",
+    "model",
+    "first_request",
     "target_models",
     "target_version",
 )

@@ -85,9 +85,11 @@ def send_stream_probe(
     worker_id: str | None = None,
     secrets: tuple[str, ...] = (),
 ) -> tuple[RequestRecord, ProbeRecord]:
-    """A streamed probe, read like any request of the load (`execute`); its record too."""
+    """A probe read like any request of the load (`execute`; streamed as `body` says), its
+    record too."""
     rid = new_probe_id()
-    record = RequestRecord(rid, -1, 1, False, "probe", endpoint, model, True, None,
+    stream = bool(body.get("stream"))
+    record = RequestRecord(rid, -1, 1, False, "probe", endpoint, model, stream, None,
                            body.get("max_tokens"), "")  # fmt: skip
     execute(pool, url, body, probe_headers(rid, api_key), record, limits)
     outcome = redact(record_outcome(record), secrets)

@@ -177,7 +177,8 @@ TABLE: tuple[Option, ...] = (
     Option("--ttft-timeout", 0.0, Seconds(positive=False),
            "seconds to wait for the first token (0: only the request timeout)"),
     Option("--stall-timeout", 60.0, Seconds(positive=False),
-           "seconds without any byte after the first token before a stream counts as stalled"),
+           "seconds without a data event after the first token (`: ping` comments do not "
+           "count) before a stream counts as stalled"),
     Option("--connect-timeout", 10.0, Seconds(), "seconds to open a connection"),
     Option("--max-event-bytes", 1048576, Count(minimum=1024),
            "bytes one SSE event may hold; a longer one is malformed_event, its connection closed"),

@@ -127,6 +127,14 @@ class SinkReport:
     index_written: bool  # the store's index is up to date (final after close)
     spool_dir: Path
     errors: tuple[str, ...] = ()
+    events_uri: str = ""
+    spool_parts: dict[str, int] = field(default_factory=dict)  # per table: parts in the spool
+    spool_rows: dict[str, int] = field(default_factory=dict)  # per table: rows in those parts
+    # per table: rows not yet in the spool (buffered, encoded, or refused by a full spool);
+    # after close they are lost when the process ends
+    memory_rows: dict[str, int] = field(default_factory=dict)
+    write_failures: tuple[str, ...] = ()  # "<where>: <why> (N failed writes)", each kind once
+    closed: bool = False  # close() was called: rows still in memory are lost at exit
 
     @property
     def complete(self) -> bool:
@@ -140,15 +148,39 @@ class SinkReport:
             or not self.index_written
         )
 
+    @property
+    def lost_rows(self) -> dict[str, int]:
+        """Per table, rows that never reached the spool or the store, once closed (lost when
+        the process ends); {} before close() or when there are none."""
+        if not self.closed:
+            return {}
+        return {table: n for table, n in self.memory_rows.items() if n}
+
     def __str__(self) -> str:
         rows = ", ".join(f"{n} {t} rows" for t, n in self.rows.items())
         text = f"event sink wrote {self.parts} parts ({rows}, {self.bytes} bytes)"
-        if self.pending_parts or self.pending_rows:
-            text += (
-                f"; NOT UPLOADED: {self.pending_rows} rows in {self.pending_parts} parts kept "
-                f"in {self.spool_dir} (run `llmload upload-spool {self.spool_dir} "
-                "--events-uri URI`)"
+        if self.pending_parts:
+            kept = "".join(
+                f"; {table}: {_count(n, 'part')}, {_count(self.spool_rows.get(table, 0), 'row')}"
+                for table, n in self.spool_parts.items()
+                if n
             )
+            uri = self.events_uri or "URI"
+            rows_kept = sum(self.spool_rows.values())
+            text += (
+                f"; NOT UPLOADED: {rows_kept} rows in {self.pending_parts} parts kept in the "
+                f"spool {self.spool_dir} ({kept[2:]}): send them with `llmload upload-spool "
+                f"{self.spool_dir} --events-uri {uri}`"
+            )
+        in_memory = {table: n for table, n in self.memory_rows.items() if n}
+        if in_memory:
+            counts = ", ".join(f"{n} {table} rows" for table, n in in_memory.items())
+            if self.closed:
+                text += f"; LOST at exit: {counts}, never written to the spool"
+            else:
+                text += f"; not yet in the spool: {counts}"
+        if self.write_failures:
+            text += f"; write failures: {', '.join(self.write_failures)}"
         if self.rejected_rows:
             text += f"; {self.rejected_rows} bad rows rejected"
         if self.dropped_rows:
@@ -156,6 +188,10 @@ class SinkReport:
         if self.collisions:
             text += f"; {self.collisions} key collisions (parts kept in the spool)"
         return text
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 class EventSink:
@@ -320,7 +356,7 @@ class EventSink:
             self._task.join(timeout + 5.0)
         report = self.stats()
         if report.pending_parts or report.pending_rows:
-            log.warning("%s", report)
+            log.warning("llmload: %s", report)
         else:
             log.info("%s", report)
         return report
@@ -332,6 +368,9 @@ class EventSink:
         done = (
             pipeline.stats() if pipeline is not None else PipelineStats(dict.fromkeys(ENCODERS, 0))
         )
+        memory = dict(done.memory_rows or {})
+        for table, n in list(self._buffered.items()):
+            memory[table] = memory.get(table, 0) + n
         return SinkReport(
             rows=done.rows,
             parts=done.parts,
@@ -345,6 +384,12 @@ class EventSink:
             index_written=done.index_written,
             spool_dir=self.config.spool_dir,
             errors=done.errors,
+            events_uri=self.config.events_uri,
+            spool_parts=dict(done.spool_parts or {}),
+            spool_rows=dict(done.spool_rows or {}),
+            memory_rows=memory,
+            write_failures=done.write_failures,
+            closed=self._closed,
         )
 
     # -- the pipeline's side (BatchSource) --------------------------------------------------

@@ -10,7 +10,10 @@ every `part_seconds`, or on flush()/close(); writes each part to a local spool w
 uploads it without overwriting; deletes it from the spool only once the store has it; and
 keeps `index/worker=<id>.json` up to date. A store outage only makes parts wait in the
 spool (uploads retry with capped exponential backoff and jitter, forever while running); a
-crashed worker's spool is uploaded later by `llmload upload-spool`. See docs/reliability.md.
+crashed worker's spool is uploaded later by `llmload upload-spool`. A disk that refuses a
+table's part (a full spool, a full directory store) is logged once per table, not per part:
+the part waits in memory (spool) or in the spool (store), is retried with the same backoff,
+and is written once space is back. See docs/reliability.md.
 
 The pipeline knows tables only by name: whatever `encoders` maps a name to turns that
 table's buffered items into an Arrow table, and row counts are kept per table name.
@@ -18,6 +21,7 @@ table's buffered items into an Arrow table, and row counts are kept per table na
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import time
@@ -40,6 +44,9 @@ log = logging.getLogger("llmload.sink")
 MAX_ERRORS = 20
 """Error messages a sink keeps for its report (every rejected row is counted)."""
 
+INDEX = "index"
+"""The worker's index, where write failures are noted by table name."""
+
 ENCODE_EVERY_S = 0.25
 """The pipeline encodes buffered rows this often, part due or not.
 
@@ -54,6 +61,16 @@ Encoder = Callable[[Sequence[Any], EncodeContext, Callable[[], None]], EncodeRes
 
 Waiter = tuple[Waitable, bool]
 """A flush() caller: its event, and whether it waits for the upload (else for the spool)."""
+
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""A full disk (or quota): the write may succeed later, once space is freed."""
+
+
+def why(exc: BaseException) -> str:
+    """A write failure in a few words: "no space left on device", or the exception."""
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        return "no space left on device"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Backoff:
@@ -114,6 +131,10 @@ class PipelineStats:
     collisions: int = 0  # parts whose key held other bytes (kept in the spool)
     index_written: bool = False  # the store's index is up to date
     errors: tuple[str, ...] = ()
+    spool_parts: dict[str, int] | None = None  # per table: parts in the spool, not uploaded
+    spool_rows: dict[str, int] | None = None  # per table: rows in those parts
+    memory_rows: dict[str, int] | None = None  # per table: taken, not yet in the spool
+    write_failures: tuple[str, ...] = ()  # "<where>: <why> (N failed writes)", each kind once
 
 
 class SinkPipeline:
@@ -157,6 +178,9 @@ class SinkPipeline:
         self._pending: list[str] = []  # run-relative keys in the spool, not yet uploaded
         self._collided: set[str] = set()
         self._failing_since: float | None = None
+        # (table, "spool" | "store") → why its writes fail now: logged once, when it starts
+        self._troubles: dict[tuple[str, str], str] = {}
+        self._failed_writes: dict[str, int] = {}  # "<where>: <why>" → failed writes, all run
         # counters
         self._rows = dict.fromkeys(self._encoders, 0)
         self._parts = 0
@@ -167,20 +191,34 @@ class SinkPipeline:
 
     def stats(self) -> PipelineStats:
         """A snapshot of the counters (safe to call any time)."""
-        encoded = sum(self._encoded_rows.values())
-        unspooled = sum(t.num_rows for _, t in self._unspooled)
-        waiting = sum(self._index.parts.get(k, 0) for k in self._pending)
+        memory = dict(self._encoded_rows)
+        for name, table in list(self._unspooled):
+            memory[name] = memory.get(name, 0) + table.num_rows
+        pending = list(self._pending)
+        spool_parts = dict.fromkeys(self._encoders, 0)
+        spool_rows = dict.fromkeys(self._encoders, 0)
+        for key in pending:
+            table = table_of(key)
+            spool_parts[table] = spool_parts.get(table, 0) + 1
+            spool_rows[table] = spool_rows.get(table, 0) + self._index.parts.get(key, 0)
         return PipelineStats(
             rows=dict(self._rows),
             parts=self._parts,
             bytes=self._bytes,
-            pending_parts=len(self._pending),
-            pending_rows=encoded + unspooled + waiting,
+            pending_parts=len(pending),
+            pending_rows=sum(memory.values()) + sum(spool_rows.values()),
             rejected=self._rejected,
             failures=self._failures,
             collisions=len(self._collided),
             index_written=not self._index_dirty and bool(self._index_merged),
             errors=tuple(self._errors),
+            spool_parts=spool_parts,
+            spool_rows=spool_rows,
+            memory_rows=memory,
+            write_failures=tuple(
+                f"{where} ({n} failed write{'s' if n > 1 else ''})"
+                for where, n in list(self._failed_writes.items())
+            ),
         )
 
     # -- the background task ----------------------------------------------------------------
@@ -338,38 +376,96 @@ class SinkPipeline:
                 self._encoded_rows[name] += result.table.num_rows
 
     def _spool_unspooled(self) -> bool:
-        """Write sealed tables to the spool (fsync); False when the disk refused."""
+        """Write sealed tables to the spool (fsync); False when the disk refused one.
+
+        A table whose part the disk refused keeps that part and its later ones in memory, in
+        order, for the next try; the other tables' parts are still tried (smaller ones may fit).
+        """
         rt = self._rt
         wrote = False
-        ok = True
-        while self._unspooled and ok:
-            name, table = self._unspooled[0]
-            try:
-                key, _ = rt.run_blocking(self._spool.write_part, name, self._seq[name], table)
-            except FileExistsError:  # a part of an earlier sink with this id: skip the number
+        refused: set[str] = set()
+        left: list[tuple[str, Any]] = []  # refused, or behind a refused part of their table
+        parts = self._unspooled
+        for i, (name, table) in enumerate(parts):
+            if name in refused:
+                left.append((name, table))
+                continue
+            while True:
+                try:
+                    key, _ = rt.run_blocking(self._spool.write_part, name, self._seq[name], table)
+                except FileExistsError:  # a part of an earlier sink with this id: skip the number
+                    self._seq[name] += 1
+                    continue
+                except OSError as exc:
+                    self._write_failed(name, "spool", exc)
+                    refused.add(name)
+                    left.append((name, table))
+                    break
                 self._seq[name] += 1
-                continue
-            except OSError as exc:
-                log.error("event sink cannot write to its spool %s: %s", self._spool.root, exc)
-                self._error(f"spool write failed: {exc}")
-                self._failures += 1
-                ok = False
-                continue
-            self._seq[name] += 1
-            self._unspooled.pop(0)
-            self._index.parts[key] = table.num_rows
-            self._pending.append(key)
-            wrote = True
+                self._unspooled = [*left, *parts[i + 1 :]]  # (stats() never counts it twice)
+                self._index.parts[key] = table.num_rows
+                self._pending.append(key)
+                self._write_done(name, "spool")
+                wrote = True
+                break
+        self._unspooled = left
         if wrote:
             self._save_index()
-        return ok
+        return not refused
+
+    def _write_failed(self, table: str, place: str, exc: Exception) -> None:
+        """A part of `table` could not be written to the spool or the store: one line per
+        table and place when it starts (not one per part or retry), counted after."""
+        self._failures += 1
+        cause = why(exc)
+        where = (
+            f"the spool {self._spool.root}"
+            if place == "spool"
+            else f"the events store {self._store.uri}"
+        )
+        kind = f"{where}: {cause}"
+        self._failed_writes[kind] = self._failed_writes.get(kind, 0) + 1
+        if self._troubles.get((table, place)) == cause:
+            log.debug("event sink: %s: %s still refuses %s parts", where, cause, table)
+            return
+        self._troubles[(table, place)] = cause
+        self._error(f"{table}: {place} write failed: {exc}")
+        if place == "spool":
+            log.warning(
+                "llmload: cannot write the %s table to the spool %s: %s; its rows are kept in "
+                "memory and retried with backoff; free space there, or the rows still in "
+                "memory when this worker exits are lost",
+                table,
+                self._spool.root,
+                cause,
+            )
+        else:
+            log.warning(
+                "llmload: cannot write the %s table to the events store %s: %s; its parts "
+                "are kept in the spool %s and retried with backoff",
+                table,
+                self._store.uri,
+                cause,
+                self._spool.root,
+            )
+
+    def _write_done(self, table: str, place: str) -> None:
+        """A part of `table` was written: if its writes there had failed, say they work again."""
+        if self._troubles and self._troubles.pop((table, place), None) is not None:
+            where = "the spool" if place == "spool" else "the events store"
+            log.info("llmload: the %s table is written to %s again", table, where)
 
     def _save_index(self) -> None:
         try:
             self._rt.run_blocking(self._spool.save_index, self._index)
-        except OSError as exc:
-            log.error("event sink cannot write its spool index: %s", exc)
-            self._error(f"spool index write failed: {exc}")
+        except OSError as exc:  # upload-spool reads the row counts from the parts instead
+            if (INDEX, "spool") not in self._troubles:
+                self._troubles[(INDEX, "spool")] = why(exc)
+                self._error(f"spool index write failed: {exc}")
+                log.warning("llmload: cannot write the spool index %s: %s (written again "
+                            "with the next part)", self._spool.index_path, why(exc))  # fmt: skip
+        else:
+            self._troubles.pop((INDEX, "spool"), None)
         self._index_dirty = True
 
     def _store_io(self, fn: Any, *args: Any) -> Any:
@@ -380,11 +476,17 @@ class SinkPipeline:
         return fn(*args)
 
     def _upload_pass(self) -> bool:
-        """Upload every pending part, then the index. False when the store failed."""
+        """Upload every pending part, then the index. False when the store failed.
+
+        A store out of space refuses a table's part: that table's later parts wait for the
+        next pass, the other tables' parts are still tried (smaller ones may fit).
+        """
         rt = self._rt
         store = self._store
+        full: set[str] = set()
         for key in list(self._pending):
-            if key in self._collided:
+            table = table_of(key)
+            if key in self._collided or table in full:
                 continue
             try:
                 data = rt.run_blocking(self._spool.read, key)
@@ -394,7 +496,14 @@ class SinkPipeline:
                 self._error(str(exc))
                 self._collided.add(key)
                 continue
-            except (StorageError, OSError) as exc:
+            except OSError as exc:
+                if exc.errno not in NO_SPACE:
+                    self._note_failure(exc)
+                    return False
+                self._write_failed(table, "store", exc)
+                full.add(table)
+                continue
+            except StorageError as exc:
                 self._note_failure(exc)
                 return False
             except Exception as exc:  # an unexpected client error: logged in full, retried
@@ -408,8 +517,10 @@ class SinkPipeline:
             self._pending.remove(key)
             self._parts += 1
             self._bytes += len(data)
-            table = table_of(key)
             self._rows[table] = self._rows.get(table, 0) + self._index.parts.get(key, 0)
+            self._write_done(table, "store")
+        if full:
+            return False
         if self._index_dirty:
             try:
                 self._put_index()

@@ -106,11 +106,25 @@ class GeventRuntime:
         self._gevent.sleep(PAUSE_S)
 
     def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        return self._gevent.get_hub().threadpool.apply(fn, args)
+        # The exception comes back as a value and is raised here, in the caller: raised in
+        # the pool's thread, gevent's hub would also print its traceback to stderr, once per
+        # failed call (a full disk printed one per part and retry).
+        ok, value = self._gevent.get_hub().threadpool.apply(_outcome, (fn, args))
+        if ok:
+            return value
+        raise value
 
     def blocks_on_sockets(self) -> bool:
         """True when socket I/O would block the whole loop (sockets not monkey-patched)."""
         return not self._sockets_patched
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """(True, fn(*args)), or (False, the exception it raised): for a call in another thread."""
+    try:
+        return True, fn(*args)
+    except Exception as exc:
+        return False, exc
 
 
 def pick_runtime(kind: str = "auto") -> Runtime:

@@ -26,10 +26,17 @@ import urllib3
 
 from locustfiles.live.groups import Observer, Recorder
 from locustfiles.request.client import Limits, execute
-from locustfiles.request.errors import TIMEOUT, TRANSPORT_ERRORS, root_cause, transport_kind
+from locustfiles.request.errors import (
+    TIMEOUT,
+    TRANSPORT_ERRORS,
+    refused_status,
+    root_cause,
+    transport_kind,
+)
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
+from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.options import ChatOptions
 from locustfiles.run.probe import PROBE_TIMEOUT_S, send_probe, send_stream_probe
@@ -44,6 +51,11 @@ from locustfiles.worker.monitor import LoopMonitor
 from locustfiles.worker.openloop import Arrival, Dispatcher
 
 log = logging.getLogger("llmload.worker")
+
+REFUSED_AT_START = 5
+"""A worker whose first this many requests were all refused as such (4xx but 408/429, and
+none answered otherwise in between) stops the run: every request would be (a worker's own
+API key, a dataset's requests that the preflight's short request did not show)."""
 
 _perf_ns = time.perf_counter_ns
 
@@ -94,6 +106,8 @@ class WorkerContext:
         self.ignore_eos = options.ignore_eos == "on"
         self.continuous_usage = options.continuous_usage == "on"
         self._ready = False
+        self._first_refused: int | None = 0  # refusals before any other answer; None: answered
+        self.halted: str | None = None  # why this worker sends no more (the run is stopping)
         self.probes: list[dict[str, Any]] = []  # ProbeRecord dicts, for the manifest
         self.report_probes = report_probes
         self.live: Observer = live if live is not None else Recorder()  # live.py
@@ -136,8 +150,11 @@ class WorkerContext:
             self.dispatcher = Dispatcher(self, step, on_record, report_in_flight)
 
     def holding(self) -> bool:
-        """In the cold phase after its requests were sent: wait for the master's next step."""
-        return self.step.cold and self.cold_sent >= self.options.cold_requests
+        """Send nothing now: halted (the run is stopping), or in the cold phase after its
+        requests were sent (wait for the master's next step)."""
+        return self.halted is not None or (
+            self.step.cold and self.cold_sent >= self.options.cold_requests
+        )
 
     # -- headers and bodies ------------------------------------------------------------
     def headers(self, request_id: str) -> dict[str, str]:
@@ -149,25 +166,9 @@ class WorkerContext:
 
     def body(self, prompt: str | None, messages: list[dict[str, Any]] | None, max_tokens: int | None,
              stream: bool, probe: bool = False) -> dict[str, Any]:  # fmt: skip
-        body: dict[str, Any] = {"model": self.model, "stream": stream}
-        if self.options.endpoint == "chat":
-            body["messages"] = messages or [{"role": "user", "content": prompt or ""}]
-        else:
-            body["prompt"] = (
-                prompt
-                if prompt is not None
-                else "\n".join(str(m.get("content", "")) for m in messages or [])
-            )
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-            if self.continuous_usage:
-                body["stream_options"]["continuous_usage_stats"] = True
-        if self.ignore_eos and max_tokens is not None and not probe:
-            body["ignore_eos"] = True
-        body.update(self.options.extra_body)
-        return body
+        return request_body(self.options, self.model, prompt, messages, max_tokens,
+                            stream=stream, continuous_usage=self.continuous_usage,
+                            ignore_eos=self.ignore_eos and not probe)  # fmt: skip
 
     # -- probes ------------------------------------------------------------------------
     def _note_probe(self, probe: ProbeRecord) -> None:
@@ -277,6 +278,10 @@ class WorkerContext:
         current step, go on the record. `turn`: a session's turn (sessions.py): its
         messages are the prompt."""
         self.ensure_ready(pool)
+        if self.halted is not None:  # not sent: an open-loop arrival still leaves its row
+            if arrival is not None:
+                self.record_dropped(arrival, self.halted)
+            return None
         step = self.step
         if arrival is None and step.cold:
             self.cold_sent += 1
@@ -345,6 +350,8 @@ class WorkerContext:
             if record.error_detail:
                 record.error_detail = redact(record.error_detail, self._secrets)
             self.sink.append_request(record.row())
+            if self._first_refused is not None:
+                self._check_refused(record)
             if record.chunk_offsets:
                 self.sink.append_chunks(
                     request_id,
@@ -355,6 +362,23 @@ class WorkerContext:
                 )
             self.sent += 1
         return record
+
+    def _check_refused(self, record: RequestRecord) -> None:
+        """Until a request is answered otherwise: REFUSED_AT_START refusals stop the run."""
+        if not refused_status(record.http_status):
+            if record.http_status is not None:  # answered: the server takes such requests
+                self._first_refused = None
+            return
+        self._first_refused = refused = (self._first_refused or 0) + 1
+        if refused >= REFUSED_AT_START:
+            self._first_refused = None  # said once
+            cause = (f"the target refused its first {refused} requests (last: "
+                     f"{record.error_detail}); every request would be refused the same way")  # fmt: skip
+            self.halted = "not sent: the run is stopping (the target refused every request)"
+            if self.cannot_start is not None:
+                self.cannot_start(cause)
+            else:
+                log.error("llmload: %s", cause)
 
     def record_dropped(self, arrival: Arrival, why: str) -> None:
         """An open-loop arrival not sent (the cap): a `dropped` row, no response times."""
@@ -383,7 +407,7 @@ class WorkerContext:
                 "spool_dir": str(report.spool_dir),
                 "complete": report.complete,
             }
-            log.info("llmload: worker %s flushed: %s", self.worker_id, report)
+            log.debug("llmload: worker %s flushed: %s", self.worker_id, report)  # the sink said it
         return {**self.identity, "sink": self.sink_report, "sent": self.sent,
                 "probes": list(self.probes)}  # fmt: skip
 

@@ -124,11 +124,18 @@ class WorkerSide:
         gevent.spawn_later(0.2, runner.quit)
 
     def close(self) -> dict[str, Any] | None:
-        """Stop sending, flush the events; the sink's report (None: no run was started)."""
+        """Stop sending, flush the events; the sink's report (None: no run was started).
+        Events not all in the store (left in the spool, or lost): this process exits 1."""
         ctx = self.context
         if ctx is None:
             return None
-        return ctx.close(ctx.options.finish_timeout)
+        report = ctx.close(ctx.options.finish_timeout)
+        sink = report.get("sink") or {}
+        if not sink.get("complete", True) and not getattr(
+            self.environment, "process_exit_code", None
+        ):
+            self.environment.process_exit_code = 1
+        return report
 
     def on_quitting(self) -> None:
         """The process is quitting (a SIGTERM to a worker, its master gone): stop the users

@@ -178,8 +178,10 @@ def test_connect_errors_and_total_timeouts(tmp_path: Path) -> None:
     assert len(requests) > 0 and set(requests["error_kind"]) == {"connect"}, dead.output
     # the failed probes are listed too, with why they failed (the start-up preflight, answered)
     outcomes = {p["purpose"]: p["outcome"] for p in manifest["probes"]}
-    assert set(outcomes) == {"preflight", "target_models", "target_version", "calibration"}
+    assert set(outcomes) == {"preflight", "first_request", "target_models", "target_version",
+                             "calibration"}  # fmt: skip
     assert outcomes.pop("preflight") == "http 404"
+    assert outcomes.pop("first_request").startswith("connect: ")  # a streamed probe's kind
     assert all(o.startswith("connect error: ") for o in outcomes.values()), outcomes
     with start_sim(tmp_path / "sim") as sim:
         slow = run_locust(sim.url, tmp_path / "slow", "--steps", "1", "--step-duration", "1.5",

@@ -61,7 +61,7 @@ def test_every_probe_is_listed_once_with_its_outcome(run: Run) -> None:
         mine = sorted(p["purpose"] for p in probes if p["worker_id"] == worker)
         assert mine == WORKER_PURPOSES, (worker, probes)
     master = sorted(p["purpose"] for p in probes if p["worker_id"] is None)
-    assert master == ["preflight", "target_models", "target_version"]
+    assert master == ["first_request", "preflight", "target_models", "target_version"]
     assert {p["worker_id"] for p in probes} == workers | {None}
     for p in probes:
         assert p["http_status"] == 200 and p["outcome"] == "ok", p

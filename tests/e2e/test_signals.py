@@ -12,20 +12,21 @@ import subprocess
 import time
 from pathlib import Path
 
-import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from infra.ports import free_port
-from tests.support.chat import BIN, LOCUSTFILE, reap, start_sim, start_worker, wait_for
+from tests.support.chat import (
+    BIN,
+    LOCUSTFILE,
+    assert_no_answered_request_lost,
+    reap,
+    start_sim,
+    start_worker,
+    wait_for,
+)
 
 ARGS = ("--steps", "2,4", "--step-duration", "60", "--step-warmup", "0", "--cold-requests", "0",
         "--workload", "D(16,64)")  # fmt: skip
-
-
-def _requests(run: Path) -> pd.DataFrame:
-    files = sorted((run / "requests").rglob("*.parquet"))
-    return pd.concat([pq.read_table(f, partitioning=None).to_pandas() for f in files])
 
 
 def _run_and_signal(
@@ -82,11 +83,7 @@ def _run_and_signal(
     assert manifest["status"] == "aborted" and manifest["stopped_by"] == sig.name
     indexes = [json.loads(p.read_text()) for p in (run / "index").glob("*.json")]
     assert len(indexes) == max(1, workers) and all(i["final"] for i in indexes)
-    rows = _requests(run)
-    recorded = set(rows["request_id"])
-    answered = {rid for rid, row in truth.items() if row.get("finish_reason")}
-    assert answered and answered <= recorded, sorted(answered - recorded)[:5]
-    assert rows["request_id"].is_unique
+    rows = assert_no_answered_request_lost(run, truth)
     assert set(rows["status"]) <= {"ok", "aborted"}
     assert worker_codes[worker_first:] == [0] * (workers - worker_first)
 

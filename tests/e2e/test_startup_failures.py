@@ -19,6 +19,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from infra.ports import free_port
 from tests.support.chat import (
     BIN,
@@ -26,6 +28,7 @@ from tests.support.chat import (
     ROOT,
     LocustResult,
     reap,
+    run_locust,
     start_master,
     start_sim,
     start_worker,
@@ -217,3 +220,51 @@ def test_an_unexpected_worker_start_up_error_is_one_line_with_the_traceback_at_d
     debug = "\n".join(start_up("DEBUG"))
     assert "llmload: worker start-up failed\nTraceback (most recent call last):" in debug
     assert "OSError: [Errno 28] No space left on device" in debug
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["local", "two-workers"])
+def test_a_run_whose_first_requests_are_all_refused_stops_instead_of_flooding(
+    tmp_path: Path, workers: int
+) -> None:
+    """The preflight's short request passes, but every request of the dataset is longer
+    than the server's context (HTTP 400): the first REFUSED_AT_START refusals stop the run
+    with the server's message, well before its planned 2 x 60 s, every request sent kept."""
+    dataset = tmp_path / "long.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": "word " * (120 + i)}) + "\n"
+                               for i in range(20)))  # fmt: skip
+    with start_sim(tmp_path / "sim", "--max-model-len", "64") as sim:
+        start = time.monotonic()
+        result = run_locust(sim.url, tmp_path / "runs", "--workload", f"dataset:{dataset}",
+                            "--steps", "2,4", "--step-duration", "60", "--step-warmup", "0",
+                            "--cold-requests", "0", workers=workers, timeout=90)  # fmt: skip
+        elapsed = time.monotonic() - start
+    errors = [line for line in result.output.splitlines() if line.startswith("llmload: error:")]
+    assert result.returncode == 2, result.output
+    assert errors and all(" cannot start: the target refused its first 5 requests (last: "
+                          "HTTP 400: " in line for line in errors), result.output  # fmt: skip
+    assert "maximum context length" in errors[0] or "max_model_len" in errors[0], errors[0]
+    assert "Traceback" not in result.output
+    assert elapsed < 40, elapsed
+    requests, _, manifest = result.events()
+    assert manifest["status"] == "aborted"
+    refused = requests[requests["status"] == "error"]
+    assert len(refused) >= 5 and (refused["error_kind"] == "http_4xx_input").all()
+    assert len(requests) < 500, len(requests)  # stopped, not a flood
+    assert not (requests["status"] == "ok").any()
+
+
+def test_a_run_that_sent_no_request_fails_naming_why(tmp_path: Path) -> None:
+    """A target so slow (every request ~4 s) that the worker's start-up probes outlast the
+    one 2 s step: no request of the load was sent, so the run is no result (exit 1, one
+    line), not a finished run of zeros (it exited 0)."""
+    with start_sim(tmp_path / "sim", "--time-scale", "4000") as sim:
+        result = run_locust(sim.url, tmp_path / "runs", "--steps", "1", "--step-duration", "2",
+                            "--step-warmup", "0", "--cold-requests", "0", timeout=120)  # fmt: skip
+    errors = [line for line in result.output.splitlines() if line.startswith("llmload: error:")]
+    assert result.returncode == 1, result.output
+    assert len(errors) == 1 and ": no request was sent before the steps ended" in errors[0], errors
+    assert "give longer steps (--step-duration)" in errors[0]
+    assert "Traceback" not in result.output
+    requests, _, manifest = result.events()
+    assert len(requests) == 0
+    assert any(p["purpose"] == "first_request" for p in manifest["probes"])

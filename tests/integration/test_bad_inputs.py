@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import re
 import signal
@@ -108,6 +109,11 @@ def _spool_dir(cwd: Path) -> None:
     (cwd / "spool").mkdir()
 
 
+def _run_in_spool(cwd: Path) -> None:
+    """Parts of a run r1 that never reached the store: still in the spool folder `spool`."""
+    _run(cwd).write(cwd / "spool")
+
+
 MINIMAL_CAMPAIGN = "target: {url: 'http://127.0.0.1:9'}\nworkload: D(16,8)\n"
 S3_UNREACHABLE = {"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:{free_port}",
                   "AWS_ACCESS_KEY_ID": "dummy", "AWS_SECRET_ACCESS_KEY": "dummy"}  # fmt: skip
@@ -189,6 +195,10 @@ CASES = [
     Case("run-id-exists", ("locust", "--events-uri", "ev", "--run-id", "r1"), 2,
          ("run r1 already exists in the events store ev", "choose another --run-id, or leave "
           "--run-id out for a generated one"), setup=_a_run),
+    Case("run-id-in-spool", ("locust", "--spool-dir", "spool", "--run-id", "r1"), 2,
+         ("run r1 already has events waiting in the spool folder spool/r1 (a run of this id "
+          "whose upload did not finish)", "upload them (llmload upload-spool spool "
+          "--events-uri file://./runs) or choose another --run-id"), setup=_run_in_spool),
     Case("option-not-a-number", ("locust", "--step-duration", "abc"), 2,
          "argument --step-duration: invalid float value: 'abc'"),
     Case("no-host", ("locust", "--host", ""), 2, "no target: give --host URL"),
@@ -228,6 +238,16 @@ CASES = [
          ("did not answer in 1 s (--wait-ready)", "start the server, fix --host")),
     Case("target-pings-forever", ("locust", "--host", "{pinger}", "--connect-timeout", "2"), 2,
          ("did not answer", "(TimeoutError: HTTP 200, but the response did not end within")),
+    Case("first-request-unauthorized", ("locust", "--host", "{refuser}"), 2,
+         ("refused this run's first request (HTTP 401: ", "Incorrect API key provided",
+          "give the API key the server expects: --api-key-env NAME")),
+    Case("first-request-no-endpoint",
+         ("locust", "--host", "{refuser}", "--endpoint", "completions"), 2,
+         ("refused this run's first request (HTTP 404: ", "the server has no POST "
+          "/v1/completions: check --endpoint")),
+    Case("first-request-refused", ("locust", "--extra-body", '{"min_tokens": -1}'), 2,
+         ("refused this run's first request (HTTP 400: ", "min_tokens", "fix what the server "
+          "names (--extra-body")),
     Case("target-not-resolvable", ("locust", "--host", "http://nonexistent.invalid:8000"), 2,
          "did not answer"),
     Case("events-store-unwritable", ("locust", "--events-uri", "file:///proc/llmload-x"), 2,
@@ -322,6 +342,9 @@ CASES = [
           "/v1/chat/completions): llmload check http://127.0.0.1:")),
     Case("check-model-not-served", ("llmload", "check", "{sim}", "--model", "nope"), 2,
          ("--model 'nope' is not served by http://127.0.0.1:", "it serves 'llmload-sim-tiny'")),
+    Case("check-wait-ready-model-not-served",
+         ("llmload", "check", "{sim}", "--wait-ready", "--ready-timeout", "60", "--model", "nope"),
+         2, ("--model 'nope' is not served by http://127.0.0.1:", "it serves 'llmload-sim-tiny'")),
     Case("sim-port-out-of-range", ("llmload", "sim", "--port", "70000"), 2,
          "--port must be in 0..65535 (0: any free port), not 70000"),
     Case("sim-fault-rate-above-one", ("llmload", "sim", "--fault-500-rate", "2"), 2,
@@ -383,12 +406,43 @@ class _Pings(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def pinger() -> Iterator[str]:
-    """A target that answers 200 and then only `: ping` comments, forever: its URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pings)
+class _Refuses(http.server.BaseHTTPRequestHandler):
+    """Lists model `m`; refuses every chat completion with 401 (a key it does not take) and
+    has no other POST endpoint (404), as a server behind a key, or not OpenAI-compatible."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self, status: int, doc: dict[str, object]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._answer(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+        else:
+            self._answer(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/v1/chat/completions":
+            self._answer(401, {"error": {"message": "Incorrect API key provided",
+                                         "type": "invalid_request_error"}})  # fmt: skip
+        else:
+            self._answer(404, {"detail": "Not Found"})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A small misbehaving target on 127.0.0.1 for the module's cases: its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="pinger", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, name=handler.__name__, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     _Pings.stop.set()
@@ -396,14 +450,28 @@ def pinger() -> Iterator[str]:
     server.server_close()
 
 
-def _command(case: Case, sim: SimProcess, port: int, pinger: str = "") -> list[str]:
+@pytest.fixture(scope="module")
+def pinger() -> Iterator[str]:
+    """A target that answers 200 and then only `: ping` comments, forever: its URL."""
+    yield from _serve(_Pings)
+
+
+@pytest.fixture(scope="module")
+def refuser() -> Iterator[str]:
+    """A target that refuses every completion request (401, or 404 off the chat path)."""
+    yield from _serve(_Refuses)
+
+
+TARGETS = ("pinger", "refuser")  # fixtures a case names as {pinger}, {refuser}
+
+
+def _command(case: Case, sim: SimProcess, port: int, targets: dict[str, str]) -> list[str]:
     def fill(arg: str) -> str:
-        return (
-            arg.replace("{sim}", sim.url)
-            .replace("{sim_port}", str(sim.port))
-            .replace("{free_port}", str(port))
-            .replace("{pinger}", pinger)
-        )
+        arg = arg.replace("{sim}", sim.url).replace("{sim_port}", str(sim.port))
+        arg = arg.replace("{free_port}", str(port))
+        for name, url in targets.items():
+            arg = arg.replace("{" + name + "}", url)
+        return arg
 
     args = [fill(a) for a in case.argv[1:]]
     if case.argv[0] == "locust":
@@ -469,11 +537,12 @@ def test_bad_input_is_one_line_and_nothing_else(
         case.setup(cwd)
     port, marker = free_port(), uuid.uuid4().hex
     store = request.getfixturevalue("seaweed").env() if case.store else {}
-    pinger = request.getfixturevalue("pinger") if "{pinger}" in case.argv else ""
+    targets = {name: request.getfixturevalue(name) for name in TARGETS
+               if "{" + name + "}" in case.argv}  # fmt: skip
     before = _snapshot(cwd)
     start = time.monotonic()
     proc = subprocess.Popen(
-        _command(case, sim, port, pinger), cwd=cwd, env=_environment(case, cwd, port, marker, store),
+        _command(case, sim, port, targets), cwd=cwd, env=_environment(case, cwd, port, marker, store),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip

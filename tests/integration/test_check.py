@@ -157,3 +157,24 @@ def test_bad_input_is_one_line_and_exit_2(
     assert main(["check", *args]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err
+
+
+def test_wait_ready_refuses_a_model_the_server_does_not_serve_at_once(
+    sim_factory: SimFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The server answers and refuses the model (404): waiting cannot help, so --wait-ready
+    # ends at its first answer with the line a check without --wait-ready prints.
+    sim = sim_factory()
+    url = f"http://127.0.0.1:{sim.port}"
+    assert main(["check", url, "--model", "nope"]) == 2
+    out, without = capsys.readouterr()
+    began = time.monotonic()
+    code = main(["check", url, "--wait-ready", "--ready-timeout", "60", "--model", "nope"])
+    elapsed = time.monotonic() - began
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err == without
+    assert err == (
+        f"llmload: error: --model 'nope' is not served by {url}: it serves 'llmload-sim-tiny'; "
+        "give one of them (e.g. --model llmload-sim-tiny) or leave --model out for the first\n"
+    )
+    assert elapsed < 30, elapsed

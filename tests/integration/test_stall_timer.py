@@ -1,9 +1,11 @@
-"""The stall timer resets on any byte (README: "--stall-timeout … without any byte").
+"""The stall timer restarts on a data event only (README: "--stall-timeout … without a data
+event").
 
-A server sends one token, then only SSE comments (`: ping`, keep-alives that complete no
-event) for longer than the stall timeout, then the rest. The client, as in a worker (gevent
-monkey-patched, the watchdog greenlet keeping deadlines), must not call that a stall; the
-same silence without the pings must be one.
+A server sends one token, then for longer than the stall timeout either only SSE comments
+(`: ping`, keep-alives that complete no event: a server that never finishes must not hold a
+request until --request-timeout), or nothing, or a token every 0.1 s, then the rest. The
+client, as in a worker (gevent monkey-patched, the watchdog greenlet keeping deadlines),
+calls the first two a stall, the third not.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SERVER = r"""
 import socket, sys, time
-ping = sys.argv[1] == "ping"
+mode = sys.argv[1]
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(1)
@@ -40,8 +42,10 @@ event = lambda obj: b"data: " + obj + b"\n\n"
 chunk(event(b'{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}'))
 for _ in range(8):  # 0.8 s after the first token, with the stall timeout at 0.3 s
     time.sleep(0.1)
-    if ping:
+    if mode == "ping":
         chunk(b": ping\n\n")
+    elif mode == "tokens":
+        chunk(event(b'{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}'))
 chunk(event(b'{"choices":[{"delta":{"content":"b"},"finish_reason":"stop"}]}'))
 chunk(event(b"[DONE]"))
 conn.sendall(b"0\r\n\r\n")
@@ -63,8 +67,11 @@ print(json.dumps({"status": record.status, "error_kind": record.error_kind}))
 """
 
 
-@pytest.mark.parametrize(("mode", "expected"), [("ping", None), ("silent", "stall_timeout")])
-def test_any_byte_resets_the_stall_timer(mode: str, expected: str | None) -> None:
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("ping", "stall_timeout"), ("silent", "stall_timeout"), ("tokens", None)],
+)
+def test_only_a_data_event_restarts_the_stall_timer(mode: str, expected: str | None) -> None:
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, mode], stdout=subprocess.PIPE, text=True
     )

@@ -4,6 +4,7 @@ sim = start_sim(tmp_path, "--tokens-per-event", "1-3")     # SimProcess (context
 result = run_locust(sim.url, tmp_path / "runs", "--steps", "1,2", workers=2)
 requests, chunks, manifest = result.events()
 truth = sim.truth()                                         # {request_id: truth line}
+assert_no_answered_request_lost(run_dir, truth)             # the rows a stopped run kept
 """
 
 from __future__ import annotations
@@ -41,6 +42,23 @@ def unseen_by_server(requests: pd.DataFrame, truth: dict[str, dict[str, Any]]) -
     unseen = requests[~requests["request_id"].isin(list(truth))]
     assert (unseen["status"] == "aborted").all() and unseen["http_status"].isna().all(), unseen
     return unseen
+
+
+def run_requests(run: Path) -> pd.DataFrame:
+    """Every request row of a run in a local events folder: its requests parts, as written."""
+    files = sorted((run / "requests").rglob("*.parquet"))
+    return pd.concat([pq.read_table(f, partitioning=None).to_pandas() for f in files])
+
+
+def assert_no_answered_request_lost(run: Path, truth: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Every request the server's truth log holds as answered (a finish reason) is a request
+    row of the run, and no row is there twice; returns the rows."""
+    rows = run_requests(run)
+    recorded = set(rows["request_id"])
+    answered = {rid for rid, row in truth.items() if row.get("finish_reason")}
+    assert answered and answered <= recorded, sorted(answered - recorded)[:5]
+    assert rows["request_id"].is_unique
+    return rows
 
 
 class SimProcess:

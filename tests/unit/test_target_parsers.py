@@ -7,7 +7,8 @@ import pytest
 
 from analysis.errors import UsageError
 from infra.campaign.config import parse_campaign
-from locustfiles.master.preflight import refused_model, served_models, unknown_model
+from locustfiles.master.preflight import served_models, unknown_model
+from locustfiles.request.errors import refused_status
 from locustfiles.run.options import from_parsed
 from locustfiles.run.parsers import BODY_OWNERS, base_url_problem, check_extra_body, check_host
 from tests.support.options import parsed_options as _parsed
@@ -93,6 +94,6 @@ def test_served_models_and_the_refusal_naming_them() -> None:
     )
     many = unknown_model("m", [f"m{i}" for i in range(12)], "http://h")
     assert "'m9', ...;" in many and "'m10'" not in many
-    assert [s for s in (None, 200, 400, 404, 408, 422, 429, 500) if refused_model(s)] == [
+    assert [s for s in (None, 200, 400, 404, 408, 422, 429, 500) if refused_status(s)] == [
         400, 404, 422,
     ]  # fmt: skip

@@ -10,7 +10,7 @@ S = 1_000_000_000
 
 def watch(**limits: float | None) -> Watch:
     w = Watch(Limits(**limits))  # type: ignore[arg-type]
-    w.t0 = w.last = 0
+    w.t0 = w.last = w.progress = 0
     return w
 
 
@@ -24,10 +24,12 @@ def test_before_the_first_token_only_ttft_and_total_apply() -> None:
 def test_after_the_first_token_a_silent_stream_stalls_and_the_total_still_counts() -> None:
     w = watch(request_timeout=10, ttft_timeout=2, stall_timeout=1)
     w.waiting_first = False
-    w.last = 5 * S
+    w.last = w.progress = 5 * S
     assert w.check(int(5.5 * S)) is None
     assert w.check(int(6.5 * S)) == "stall_timeout"
-    w.last = int(10.5 * S)
+    w.last = int(6.4 * S)  # a read that completed no data event (a `: ping`) is no progress
+    assert w.check(int(6.5 * S)) == "stall_timeout"
+    w.last = w.progress = int(10.5 * S)
     assert w.check(11 * S) == "total_timeout"
     w.expired = "stall_timeout"
     assert w.detail() == "no data within 1 s"
