@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from analysis.load import load_run
-from analysis.report import Report, make_out_dir, summarize_run, write_tables
+from analysis.report import CSV_ROWS, Report, make_out_dir, summarize_run, write_tables
 from analysis.report_html import render_html
 from analysis.report_md import render_markdown
 from analysis.slo import Slo, parse_slo
@@ -26,6 +26,7 @@ def build_report(
     html: bool = True,
     progress: bool = True,
     progress_stream: TextIO | None = None,
+    csv_rows: int = CSV_ROWS,
 ) -> Report:
     """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
 
@@ -35,7 +36,7 @@ def build_report(
     run = load_run(run_uri, progress=progress, progress_stream=progress_stream)
     report = summarize_run(run, slo)
     out = make_out_dir(out_dir)
-    files = write_tables(report, out)
+    files = write_tables(report, out, csv_rows)
     files["report.md"] = out / "report.md"
     files["report.md"].write_text(render_markdown(report), encoding="utf-8")
     if html:

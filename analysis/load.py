@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
@@ -115,17 +116,23 @@ class RunData:
 
 
 class Progress:
-    """A one-line progress counter on stderr, shown only when stderr is a terminal."""
+    """A one-line progress counter on stderr (parts read, rows/s, time left), shown only when
+    stderr is a terminal: none in pipelines and logs."""
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = total > 0 and self.stream.isatty()
-        self.total, self.label, self.done = total, label, 0
+        self.total, self.label, self.done, self.rows = total, label, 0, 0
+        self.started = time.monotonic()
 
-    def step(self, n: int = 1) -> None:
+    def step(self, n: int = 1, rows: int = 0) -> None:
         self.done += n
+        self.rows += rows
         if self.enabled:
-            self.stream.write(f"\r{self.label}: {self.done}/{self.total} parts")
+            elapsed = max(time.monotonic() - self.started, 1e-9)
+            left = elapsed / self.done * (self.total - self.done) if self.done else 0.0
+            self.stream.write(f"\r{self.label}: {self.done}/{self.total} parts, "
+                              f"{self.rows / elapsed:,.0f} rows/s, {left:.0f} s left  ")  # fmt: skip
             self.stream.flush()
 
     def close(self) -> None:
@@ -134,7 +141,7 @@ class Progress:
             self.stream.flush()
 
 
-def _read_manifest(store: ObjectStore) -> dict[str, Any] | None:
+def read_manifest(store: ObjectStore) -> dict[str, Any] | None:
     if not store.exists(MANIFEST_NAME):
         return None
     try:
@@ -202,14 +209,14 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
     return frame
 
 
-def _run_keys(store: ObjectStore) -> list[str]:
+def run_keys(store: ObjectStore) -> list[str]:
     """The keys under a run's own folders (parts, indexes, server metrics): never a walk of
     everything below the URI, which for `/` (an unset `$EVENTS/$RUN_ID`) is the whole disk."""
     folders = (*TABLE_NAMES, INDEX_FOLDER, SERVER_METRICS_FOLDER)
     return [o.key for folder in folders for o in store.list(f"{folder}/")]
 
 
-def _not_a_run(run_uri: str) -> str:
+def not_a_run(run_uri: str) -> str:
     """The one line for a URI that holds no run, with a hint when it names no run id."""
     path = run_uri.split("?", 1)[0].split("://", 1)[-1]
     unset = "" if path.strip("/") else " (it names no run id: is a variable in it unset?)"
@@ -233,8 +240,8 @@ def load_run(
     """
     store = open_store(run_uri)
     try:
-        manifest = _read_manifest(store)
-        keys = _run_keys(store)
+        manifest = read_manifest(store)
+        keys = run_keys(store)
     except OSError as exc:  # a local path that cannot be read (permissions, not a folder)
         raise UsageError(
             f"cannot read the run at {run_uri}: {exc.strerror or exc}; "
@@ -243,7 +250,7 @@ def load_run(
     parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
     parts = list(parsed)
     if manifest is None and not parts:
-        raise UsageError(_not_a_run(run_uri))
+        raise UsageError(not_a_run(run_uri))
     warnings: list[str] = []
     if manifest is None:
         warnings.append(f"{MANIFEST_NAME} is missing: no run metadata and no step timeline")
@@ -306,7 +313,7 @@ def load_run(
     with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
         for key, table, reason in pool.map(read, parts):
             if bar:
-                bar.step()
+                bar.step(rows=len(table) if isinstance(table, pa.Table) else 0)
             if isinstance(table, SchemaVersionError):
                 newer = newer or table
                 continue

@@ -208,18 +208,32 @@ def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
     return report
 
 
-def write_tables(report: Report, out_dir: Path) -> dict[str, Path]:
-    """requests.parquet, requests.csv, summary.csv, summary.json; sessions.parquet and
-    sessions.csv when the run has sessions."""
+CSV_ROWS: Final = 1_000_000
+"""requests.csv is written up to this many requests (`--csv-rows`; 0: always): a CSV of
+millions of rows is slower to write than the whole report and opened by nothing;
+requests.parquet holds every request whatever the size."""
+
+
+def write_tables(report: Report, out_dir: Path, csv_rows: int = CSV_ROWS) -> dict[str, Path]:
+    """requests.parquet, requests.csv (up to `csv_rows` requests, 0: always), summary.csv,
+    summary.json; sessions.parquet and sessions.csv when the run has sessions."""
     files = {
         "requests.parquet": out_dir / "requests.parquet",
-        "requests.csv": out_dir / "requests.csv",
         "summary.csv": out_dir / "summary.csv",
         "summary.json": out_dir / "summary.json",
     }
     table = pa.Table.from_pandas(report.per_request, preserve_index=False)
     pq.write_table(table, files["requests.parquet"])
-    pacsv.write_csv(table, files["requests.csv"])
+    if csv_rows and len(table) > csv_rows:
+        report.warnings.append(
+            f"requests.csv not written: {len(table):,} requests are more than --csv-rows "
+            f"{csv_rows:,}; requests.parquet holds them all (or give --csv-rows 0 to write the "
+            "CSV anyway)"
+        )
+        (out_dir / "requests.csv").unlink(missing_ok=True)  # not a stale one of an earlier run
+    else:
+        files["requests.csv"] = out_dir / "requests.csv"
+        pacsv.write_csv(table, files["requests.csv"])
     report.summary.to_csv(files["summary.csv"], index=False, na_rep="")
     if report.sessions is not None:
         files["sessions.parquet"] = out_dir / "sessions.parquet"

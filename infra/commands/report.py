@@ -38,12 +38,21 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--no-html", action="store_true", help="skip report.html (and its plots)")
     parser.add_argument("--quiet", action="store_true", help="no progress line, no summary")
+    parser.add_argument(
+        "--csv-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="write requests.csv only up to N requests (default 1,000,000; 0: always); "
+        "requests.parquet holds every request",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from analysis.build import build_report
     from analysis.present import step_table
+    from analysis.report import CSV_ROWS
     from analysis.report_md import md_table
     from analysis.slo import parse_slo
 
@@ -54,7 +63,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--fail-on-slo needs step objectives; add e.g. --slo ttft_p99=0.5")
     run_id = args.run_uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
     out = args.out or f"llmload-report-{run_id}"
-    report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet)
+    if args.csv_rows is not None and args.csv_rows < 0:
+        from analysis.errors import UsageError
+
+        raise UsageError(f"--csv-rows must be >= 0 (0: always write requests.csv), not "
+                         f"{args.csv_rows}")  # fmt: skip
+    csv_rows = CSV_ROWS if args.csv_rows is None else args.csv_rows
+    report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet,
+                          csv_rows=csv_rows)  # fmt: skip
     for warning in report.warnings:
         print(f"llmload: warning: {warning}", file=sys.stderr)
     if not args.quiet:

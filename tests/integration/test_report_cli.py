@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from infra.cli import main
@@ -122,3 +123,18 @@ def test_fail_on_slo_without_objectives_is_a_usage_error(events_dir: Path, tmp_p
     out = tmp_path / "out"
     assert main(["report", uri, "--out", str(out), "--fail-on-slo", "--slo", "ttft=1"]) == 2
     assert not out.exists()
+
+
+def test_requests_csv_only_up_to_csv_rows(events_dir: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    uri = known_run().write(events_dir)
+    big, forced = tmp_path / "big", tmp_path / "forced"
+    assert main(["report", uri, "--out", str(big), "--csv-rows", "2", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert not (big / "requests.csv").exists() and (big / "requests.parquet").exists()
+    assert "llmload: warning: requests.csv not written: " in err and "--csv-rows 2" in err
+    assert "requests.csv not written" in (big / "report.md").read_text()
+    assert main(["report", uri, "--out", str(forced), "--csv-rows", "0", "--quiet"]) == 0
+    rows = len((forced / "requests.csv").read_text().splitlines()) - 1
+    assert rows == len(pq.read_table(forced / "requests.parquet")) > 2
+    assert main(["report", uri, "--out", str(forced), "--csv-rows", "-1", "--quiet"]) == 2
+    assert "--csv-rows must be >= 0" in capsys.readouterr().err

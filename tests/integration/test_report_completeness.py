@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -154,3 +155,5 @@ def test_progress_line_only_on_a_terminal(events_dir: Path) -> None:
     load_run(uri, progress_stream=tty)
     load_run(uri, progress_stream=pipe)
     assert "4/4 parts" in tty.getvalue() and pipe.getvalue() == ""
+    last = tty.getvalue().rstrip().rsplit("\r", 1)[-1]  # the line as the terminal shows it last
+    assert re.search(r": 4/4 parts, [\d,]+ rows/s, 0 s left", last), last

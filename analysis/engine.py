@@ -1,0 +1,288 @@
+"""Runs' event parts as tables of an embedded DuckDB, read where they lie, out of core.
+
+    with Engine(memory_limit="2GB") as engine:
+        engine.attach(["runs/r1", "s3://bucket/runs/r2"])   # views over every part
+        table = engine.sql("SELECT step, count(*) FROM request_metrics GROUP BY step")
+
+Views (one row per row of every part of every attached run; `run_id` tells the runs apart):
+`requests`, `chunks`, `samples`, `stalls` (the tables of docs/events.md, every column of the
+newest schema: columns an older part lacks read as null), and `request_metrics`, one row per
+request with its columns and the per-request metrics of analysis/metrics.py: `ttfe_s`,
+`ttft_s`, `tpot_s`, `e2e_s`, `itl_mean_s`, `icl_mean_s`, `output_tokens_per_s`,
+`chunk_count`, `chunk_tokens`; `itl_samples`, the per-token ITL samples (value and weight)
+of every chunk; the macro `nearest_rank(list(x), q)` is llmload's percentile.
+
+The per-request means come from aggregates, not from a window over the chunks: a request's
+per-token ITL samples sum to (last token chunk − first token chunk) over (its tokens − 1)
+samples, and its ICL samples to (last chunk − first chunk) over (chunks − 1). So the view is
+a hash aggregation that DuckDB spills to disk under its memory limit, whatever the run's
+size (tests/integration/test_engine.py checks it against analysis/metrics.py on a run of
+more than a million chunk rows).
+
+The parts are read through pyarrow datasets: only the columns a query needs, the local
+files or S3 objects read in ranges (pyarrow's S3 filesystem, with the credentials and
+endpoint boto3 resolves, as everywhere in llmload): nothing is downloaded whole, and no
+DuckDB extension is installed or fetched. A part of an unknown major schema version stops
+the attach (SchemaVersionError), as it stops `llmload report`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from analysis.errors import UsageError
+from analysis.layout import TABLE_NAMES, parse_part_key
+from analysis.load import not_a_run, read_manifest, run_keys
+from analysis.schema import (
+    CHUNKS_SCHEMA,
+    REQUESTS_SCHEMA,
+    SAMPLES_SCHEMA,
+    STALLS_SCHEMA,
+    check_version,
+    version_of,
+)
+from analysis.storage import FileStore, ObjectStore, S3Store, open_store
+
+SCHEMAS: Final = {
+    "requests": REQUESTS_SCHEMA,
+    "chunks": CHUNKS_SCHEMA,
+    "samples": SAMPLES_SCHEMA,
+    "stalls": STALLS_SCHEMA,
+}
+
+DEFAULT_MEMORY_LIMIT: Final = "2GB"
+"""DuckDB's memory limit unless --memory-limit says otherwise: beyond it, it spills."""
+
+REQUEST_METRICS_SQL: Final = """
+CREATE OR REPLACE VIEW request_metrics AS
+WITH per_request AS (
+    SELECT run_id, request_id,
+           count(*) AS chunk_count,
+           sum(tokens) AS chunk_tokens,
+           min(offset_ns) AS first_chunk_ns,
+           max(offset_ns) AS last_chunk_ns,
+           min(offset_ns) FILTER (WHERE tokens > 0) AS first_token_chunk_ns,
+           max(offset_ns) FILTER (WHERE tokens > 0) AS last_token_chunk_ns,
+           sum(tokens) FILTER (WHERE tokens > 0) AS token_chunk_tokens
+    FROM chunks
+    GROUP BY run_id, request_id
+)
+SELECT r.*,
+       r.first_event_ns / 1e9 AS ttfe_s,
+       r.first_token_ns / 1e9 AS ttft_s,
+       CASE WHEN r.output_tokens >= 2
+            THEN (r.last_token_ns - r.first_token_ns) / 1e9 / (r.output_tokens - 1) END
+           AS tpot_s,
+       r.end_ns / 1e9 AS e2e_s,
+       CASE WHEN c.token_chunk_tokens > 1
+            THEN (c.last_token_chunk_ns - c.first_token_chunk_ns) / 1e9
+                 / (c.token_chunk_tokens - 1) END AS itl_mean_s,
+       CASE WHEN c.chunk_count > 1
+            THEN (c.last_chunk_ns - c.first_chunk_ns) / 1e9 / (c.chunk_count - 1) END
+           AS icl_mean_s,
+       CASE WHEN r.output_tokens >= 0 AND r.end_ns > 0
+            THEN r.output_tokens / (r.end_ns / 1e9) END AS output_tokens_per_s,
+       coalesce(c.chunk_count, 0) AS chunk_count,
+       coalesce(c.chunk_tokens, 0) AS chunk_tokens
+FROM requests r
+LEFT JOIN per_request c ON c.run_id = r.run_id AND c.request_id = r.request_id
+"""
+
+ITL_SAMPLES_SQL: Final = """
+CREATE OR REPLACE VIEW itl_samples AS
+SELECT run_id, request_id, seq,
+       CASE WHEN prev IS NULL THEN 0.0 ELSE (offset_ns - prev) / 1e9 / tokens END AS value_s,
+       CASE WHEN prev IS NULL THEN tokens - 1 ELSE tokens END AS weight
+FROM (SELECT run_id, request_id, seq, offset_ns, tokens,
+             lag(offset_ns) OVER (PARTITION BY run_id, request_id ORDER BY seq) AS prev
+      FROM chunks WHERE tokens > 0)
+WHERE (CASE WHEN prev IS NULL THEN tokens - 1 ELSE tokens END) > 0
+"""
+"""Per-token ITL samples (analysis/metrics.py): a chunk of k tokens Δ after the previous one
+stands for k samples of Δ/k, a first chunk's extra tokens for samples of 0."""
+
+MACROS_SQL: Final = (
+    "CREATE OR REPLACE MACRO llmload_rank(s, q) AS "
+    "s[greatest(1, ceil(q * len(s) - 1e-9 * len(s))::BIGINT)]",
+    "CREATE OR REPLACE MACRO nearest_rank(l, q) AS "
+    "llmload_rank(list_sort(list_filter(l, lambda v: v IS NOT NULL)), q)",
+)
+"""`nearest_rank(list(x), 0.99)`: llmload's percentile (the smallest value with at least q
+of the samples at or below it: docs/metrics.md), which DuckDB's quantile_disc is not."""
+
+_FOOTER_THREADS = 8
+
+
+@dataclass
+class AttachedRun:
+    """One run the engine reads: where it is, its manifest, its parts by table."""
+
+    uri: str
+    run_id: str
+    manifest: dict[str, Any]
+    parts: dict[str, list[str]] = field(default_factory=dict)  # table -> paths in `filesystem`
+    filesystem: pafs.FileSystem | None = None
+
+
+def parse_memory_limit(text: str) -> str:
+    """A DuckDB memory limit such as 2GB, 512MB or 1.5GiB; UsageError otherwise."""
+    value = text.strip().upper().replace(" ", "")
+    units = ("KIB", "MIB", "GIB", "TIB", "KB", "MB", "GB", "TB")
+    unit = next((u for u in units if value.endswith(u)), None)
+    number = value[: -len(unit)] if unit else ""
+    try:
+        ok = unit is not None and float(number) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UsageError(
+            f"--memory-limit {text!r} is not a size; give a number and a unit, e.g. "
+            "--memory-limit 2GB (or 512MB, 8GiB)"
+        )
+    return value
+
+
+def s3_filesystem(store: S3Store) -> pafs.S3FileSystem:
+    """pyarrow's S3 filesystem with what boto3 resolves for `store` (credentials, endpoint,
+    region, addressing), so the engine reads what the store writes."""
+    import boto3
+
+    client = store.client
+    creds = boto3.session.Session().get_credentials()  # the chain S3Store's client used
+    frozen = creds.get_frozen_credentials() if creds is not None else None
+    endpoint = client.meta.endpoint_url or ""
+    scheme, _, host = endpoint.partition("://")
+    options: dict[str, Any] = {
+        "region": client.meta.region_name or "us-east-1",
+        "endpoint_override": host or None,
+        "scheme": scheme or "https",
+        "force_virtual_addressing": store.addressing == "virtual",
+    }
+    if frozen is not None:
+        options.update(access_key=frozen.access_key, secret_key=frozen.secret_key,
+                       session_token=frozen.token)  # fmt: skip
+    else:
+        options["anonymous"] = True
+    return pafs.S3FileSystem(**options)
+
+
+def _locate(store: ObjectStore, keys: list[str]) -> tuple[pafs.FileSystem, list[str]]:
+    """The filesystem and paths of a store's keys."""
+    if isinstance(store, FileStore):
+        root = store.root.absolute()
+        return pafs.LocalFileSystem(), [str(root / key) for key in keys]
+    if isinstance(store, S3Store):
+        prefix = f"{store.bucket}/{store.prefix}".rstrip("/")
+        return s3_filesystem(store), [f"{prefix}/{key}" for key in keys]
+    raise UsageError(f"cannot query the events store {store!r} in place")
+
+
+def find_run(uri: str) -> AttachedRun:
+    """A run's manifest and its parts' paths; UsageError when the URI holds no run."""
+    store = open_store(uri)
+    try:
+        manifest = read_manifest(store)
+        keys = run_keys(store)
+    except OSError as exc:
+        raise UsageError(f"cannot read the run at {uri}: {exc.strerror or exc}") from exc
+    parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
+    if manifest is None and not parsed:
+        raise UsageError(not_a_run(uri))
+    manifest = manifest or {}
+    run_id = str(manifest.get("run_id") or uri.rstrip("/").rsplit("/", 1)[-1])
+    filesystem, paths = _locate(store, list(parsed))
+    by_key = dict(zip(parsed, paths, strict=True))
+    parts = {t: sorted(by_key[k] for k, p in parsed.items() if p.table == t) for t in TABLE_NAMES}
+    return AttachedRun(uri, run_id, manifest, parts, filesystem)
+
+
+def _check_versions(dataset: ds.FileSystemDataset) -> None:
+    """Every part's schema version is one this llmload reads (its footer, read in ranges)."""
+
+    def check(fragment: ds.ParquetFileFragment) -> None:
+        check_version(version_of(fragment.physical_schema), where=fragment.path)
+
+    with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
+        list(pool.map(check, dataset.get_fragments()))
+
+
+def table_dataset(table: str, runs: list[AttachedRun]) -> ds.Dataset:
+    """One table of every run as one pyarrow dataset (the newest schema: older parts' missing
+    columns read as null)."""
+    schema = SCHEMAS[table].remove_metadata()
+    parts = []
+    for run in runs:
+        paths = run.parts.get(table) or []
+        if paths:
+            one = ds.dataset(paths, schema=schema, format="parquet", filesystem=run.filesystem)
+            _check_versions(one)
+            parts.append(one)
+    if not parts:
+        return ds.dataset(schema.empty_table())
+    return parts[0] if len(parts) == 1 else ds.dataset(parts)
+
+
+class Engine:
+    """An embedded DuckDB with a memory limit and a spill folder (see the module doc)."""
+
+    def __init__(
+        self,
+        memory_limit: str = DEFAULT_MEMORY_LIMIT,
+        spill_dir: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        import duckdb
+
+        self._spill = None if spill_dir else tempfile.TemporaryDirectory(prefix="llmload-spill-")
+        spill = spill_dir or (self._spill.name if self._spill else "")
+        self.con = duckdb.connect(config={"autoinstall_known_extensions": False,
+                                          "autoload_known_extensions": False})  # fmt: skip
+        self.con.execute(f"SET memory_limit = '{parse_memory_limit(memory_limit)}'")
+        self.con.execute("SET temp_directory = ?", [spill])
+        self.con.execute("SET preserve_insertion_order = false")  # lets big scans stream
+        self.con.execute(f"SET threads = {int(threads or os.cpu_count() or 1)}")
+        self.runs: list[AttachedRun] = []
+        self._datasets: dict[str, ds.Dataset] = {}
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.con.close()
+        if self._spill is not None:
+            self._spill.cleanup()
+            self._spill = None
+
+    def attach(self, uris: list[str]) -> list[AttachedRun]:
+        """Views `requests`, `chunks`, `samples`, `stalls` and `request_metrics` over the runs
+        at `uris` (each `<events-uri>/<run_id>`)."""
+        self.runs = [find_run(uri) for uri in uris]
+        ids = [run.run_id for run in self.runs]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise UsageError(f"run {dup} is given twice; give each run once")
+        for table in TABLE_NAMES:
+            self._datasets[table] = table_dataset(table, self.runs)
+            self.con.register(table, self._datasets[table])
+        for statement in (REQUEST_METRICS_SQL, ITL_SAMPLES_SQL, *MACROS_SQL):
+            self.con.execute(statement)
+        return self.runs
+
+    def sql(self, query: str) -> pa.Table:
+        """The result of one query as an Arrow table."""
+        return self.con.sql(query).to_arrow_table()
+
+    def stream(self, query: str, batch_rows: int = 100_000) -> pa.RecordBatchReader:
+        """The result of one query, batch by batch (for results too large to hold)."""
+        return self.con.sql(query).to_arrow_reader(batch_rows)
