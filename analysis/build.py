@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
+from analysis.engine import DEFAULT_MEMORY_LIMIT, Engine, engine_share, parse_memory_limit
 from analysis.load import load_run
 from analysis.report import CSV_ROWS, Report, make_out_dir, summarize_run, write_tables
 from analysis.report_html import render_html
@@ -27,14 +28,26 @@ def build_report(
     progress: bool = True,
     progress_stream: TextIO | None = None,
     csv_rows: int = CSV_ROWS,
+    in_memory: bool = False,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    spill_dir: str | None = None,
 ) -> Report:
     """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
 
-    The SLO spec is parsed before anything is read, so a bad spec writes nothing.
+    The chunk table is read out of core by the engine (analysis/engine.py, DuckDB under
+    `memory_limit`, spilling to `spill_dir`), not loaded; `in_memory=True` loads it and
+    computes with numpy instead (the reference path: the same figures). The SLO spec is
+    parsed before anything is read, so a bad spec writes nothing.
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
-    run = load_run(run_uri, progress=progress, progress_stream=progress_stream)
-    report = summarize_run(run, slo)
+    memory_limit = parse_memory_limit(memory_limit)
+    run = load_run(run_uri, progress=progress, progress_stream=progress_stream, chunks=in_memory)
+    if in_memory:
+        report = summarize_run(run, slo)
+    else:
+        # the limit bounds the process: the engine gets what the request rows leave
+        with Engine(engine_share(memory_limit), spill_dir) as engine:
+            report = summarize_run(run, slo, engine)
     out = make_out_dir(out_dir)
     files = write_tables(report, out, csv_rows)
     files["report.md"] = out / "report.md"

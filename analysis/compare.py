@@ -212,7 +212,7 @@ def _summary_rows(where: str, slo: str | None) -> tuple[list[dict[str, Any]], li
     from analysis.load import load_run
     from analysis.report import summarize_run
 
-    report = summarize_run(load_run(where), slo)
+    report = summarize_run(load_run(where, chunks=False), slo)  # out of core (chunkfacts.py)
     return report.table.rows, report.warnings, report.slo.spec
 
 

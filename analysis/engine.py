@@ -37,10 +37,12 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from analysis.errors import UsageError
 from analysis.layout import TABLE_NAMES, parse_part_key
 from analysis.load import not_a_run, read_manifest, run_keys
+from analysis.partfs import locate
 from analysis.schema import (
     CHUNKS_SCHEMA,
     REQUESTS_SCHEMA,
@@ -49,7 +51,7 @@ from analysis.schema import (
     check_version,
     version_of,
 )
-from analysis.storage import FileStore, ObjectStore, S3Store, open_store
+from analysis.storage import open_store
 
 SCHEMAS: Final = {
     "requests": REQUESTS_SCHEMA,
@@ -132,6 +134,39 @@ class AttachedRun:
     filesystem: pafs.FileSystem | None = None
 
 
+_UNITS: Final = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+                 "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+def limit_bytes(limit: str) -> int:
+    """A parsed memory limit (parse_memory_limit) in bytes."""
+    unit = next(u for u in sorted(_UNITS, key=len, reverse=True) if limit.endswith(u))
+    return int(float(limit[: -len(unit)]) * _UNITS[unit])
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux /proc; 0 where unknown)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+ENGINE_FLOOR: Final = 128 * 2**20
+"""The least DuckDB is given, whatever the limit: below it even a small run's window fails."""
+
+
+def engine_share(limit: str) -> str:
+    """What DuckDB may hold of a whole-process `limit`: half of what the process does not
+    already hold (the request rows), at least a quarter of the limit and ENGINE_FLOOR."""
+    total = limit_bytes(limit)
+    # half of what is left: DuckDB's limit covers its buffers, not every allocation it makes
+    # (nor the Arrow results handed back), measured to take about as much again at the peak
+    share = max(total // 4, (total - resident_bytes()) // 2, ENGINE_FLOOR)
+    return f"{share // 2**20}MiB"
+
+
 def parse_memory_limit(text: str) -> str:
     """A DuckDB memory limit such as 2GB, 512MB or 1.5GiB; UsageError otherwise."""
     value = text.strip().upper().replace(" ", "")
@@ -150,41 +185,6 @@ def parse_memory_limit(text: str) -> str:
     return value
 
 
-def s3_filesystem(store: S3Store) -> pafs.S3FileSystem:
-    """pyarrow's S3 filesystem with what boto3 resolves for `store` (credentials, endpoint,
-    region, addressing), so the engine reads what the store writes."""
-    import boto3
-
-    client = store.client
-    creds = boto3.session.Session().get_credentials()  # the chain S3Store's client used
-    frozen = creds.get_frozen_credentials() if creds is not None else None
-    endpoint = client.meta.endpoint_url or ""
-    scheme, _, host = endpoint.partition("://")
-    options: dict[str, Any] = {
-        "region": client.meta.region_name or "us-east-1",
-        "endpoint_override": host or None,
-        "scheme": scheme or "https",
-        "force_virtual_addressing": store.addressing == "virtual",
-    }
-    if frozen is not None:
-        options.update(access_key=frozen.access_key, secret_key=frozen.secret_key,
-                       session_token=frozen.token)  # fmt: skip
-    else:
-        options["anonymous"] = True
-    return pafs.S3FileSystem(**options)
-
-
-def _locate(store: ObjectStore, keys: list[str]) -> tuple[pafs.FileSystem, list[str]]:
-    """The filesystem and paths of a store's keys."""
-    if isinstance(store, FileStore):
-        root = store.root.absolute()
-        return pafs.LocalFileSystem(), [str(root / key) for key in keys]
-    if isinstance(store, S3Store):
-        prefix = f"{store.bucket}/{store.prefix}".rstrip("/")
-        return s3_filesystem(store), [f"{prefix}/{key}" for key in keys]
-    raise UsageError(f"cannot query the events store {store!r} in place")
-
-
 def find_run(uri: str) -> AttachedRun:
     """A run's manifest and its parts' paths; UsageError when the URI holds no run."""
     store = open_store(uri)
@@ -198,36 +198,37 @@ def find_run(uri: str) -> AttachedRun:
         raise UsageError(not_a_run(uri))
     manifest = manifest or {}
     run_id = str(manifest.get("run_id") or uri.rstrip("/").rsplit("/", 1)[-1])
-    filesystem, paths = _locate(store, list(parsed))
+    filesystem, paths = locate(store, list(parsed))
     by_key = dict(zip(parsed, paths, strict=True))
     parts = {t: sorted(by_key[k] for k, p in parsed.items() if p.table == t) for t in TABLE_NAMES}
     return AttachedRun(uri, run_id, manifest, parts, filesystem)
 
 
-def _check_versions(dataset: ds.FileSystemDataset) -> None:
+def _check_versions(filesystem: pafs.FileSystem | None, paths: list[str]) -> None:
     """Every part's schema version is one this llmload reads (its footer, read in ranges)."""
 
-    def check(fragment: ds.ParquetFileFragment) -> None:
-        check_version(version_of(fragment.physical_schema), where=fragment.path)
+    def check(path: str) -> None:
+        fs = filesystem or pafs.LocalFileSystem()
+        with fs.open_input_file(path) as file:
+            schema = pq.read_schema(file)
+        check_version(version_of(schema), where=path)
 
     with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
-        list(pool.map(check, dataset.get_fragments()))
+        list(pool.map(check, paths))
 
 
-def table_dataset(table: str, runs: list[AttachedRun]) -> ds.Dataset:
-    """One table of every run as one pyarrow dataset (the newest schema: older parts' missing
-    columns read as null)."""
-    schema = SCHEMAS[table].remove_metadata()
-    parts = []
-    for run in runs:
-        paths = run.parts.get(table) or []
-        if paths:
-            one = ds.dataset(paths, schema=schema, format="parquet", filesystem=run.filesystem)
-            _check_versions(one)
-            parts.append(one)
-    if not parts:
-        return ds.dataset(schema.empty_table())
-    return parts[0] if len(parts) == 1 else ds.dataset(parts)
+_DUCK_TYPES: Final = {
+    pa.string(): "VARCHAR",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE",
+    pa.float32(): "FLOAT",
+    pa.bool_(): "BOOLEAN",
+}
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 class Engine:
@@ -273,11 +274,56 @@ class Engine:
             dup = next(i for i in ids if ids.count(i) > 1)
             raise UsageError(f"run {dup} is given twice; give each run once")
         for table in TABLE_NAMES:
-            self._datasets[table] = table_dataset(table, self.runs)
-            self.con.register(table, self._datasets[table])
+            sources = []
+            for run in self.runs:
+                paths = run.parts.get(table) or []
+                if paths:
+                    _check_versions(run.filesystem, paths)
+                    sources.append((paths, run.filesystem))
+            self.register_parts(table, sources)
         for statement in (REQUEST_METRICS_SQL, ITL_SAMPLES_SQL, *MACROS_SQL):
             self.con.execute(statement)
         return self.runs
+
+    def register_parts(
+        self,
+        table: str,
+        sources: list[tuple[list[str], pafs.FileSystem | None]],
+        view: str | None = None,
+    ) -> None:
+        """A view `table` over Parquet parts whose versions are checked: `sources` are lists
+        of paths, each in its filesystem. Every column of the newest schema, in its order;
+        a column older parts lack reads as null. Local files are read by DuckDB itself
+        (within its memory limit), others through a pyarrow dataset. `view`: the view's name
+        (default: the table's)."""
+        schema = SCHEMAS[table].remove_metadata()
+        selects = []
+        for i, (paths, filesystem) in enumerate(sources):
+            if isinstance(filesystem, pafs.LocalFileSystem):
+                files = "[" + ", ".join(_quote(p) for p in paths) + "]"
+                source = f"read_parquet({files}, union_by_name = true)"
+                present = {
+                    row[0] for row in self.con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()
+                }
+            else:
+                source = f"llmload_{view or table}_{i}"
+                dataset = ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem)
+                self._datasets[source] = dataset
+                self.con.register(source, dataset)
+                present = set(schema.names)
+            columns = ", ".join(
+                f.name
+                if f.name in present
+                else f"CAST(NULL AS {_DUCK_TYPES.get(f.type, 'VARCHAR')}) AS {f.name}"
+                for f in schema
+            )
+            selects.append(f"SELECT {columns} FROM {source}")
+        if not selects:
+            empty = f"llmload_{view or table}_empty"
+            self.con.register(empty, schema.empty_table())
+            selects.append(f"SELECT * FROM {empty}")
+        name = view or table
+        self.con.execute(f"CREATE OR REPLACE VIEW {name} AS " + " UNION ALL ".join(selects))
 
     def sql(self, query: str) -> pa.Table:
         """The result of one query as an Arrow table."""

@@ -43,6 +43,7 @@ from analysis.layout import (
     parse_part_key,
     table_of,
 )
+from analysis.partfs import locate
 from analysis.schema import (
     CHUNKS_SCHEMA,
     OPEN_LOOP_COLUMNS_1_2,
@@ -107,12 +108,14 @@ class RunData:
     run_id: str
     manifest: dict[str, Any]
     requests: pd.DataFrame
-    chunks: pd.DataFrame
+    chunks: pd.DataFrame | None  # None: left in their parts (`chunk_paths`), for the engine
     completeness: Completeness
     warnings: list[str]
     server_metrics: ServerMetrics | None = None  # the target's /metrics, when it had one
     samples: pd.DataFrame | None = None  # workers' CPU% and loop lag (schema 1.1)
     stalls: pd.DataFrame | None = None  # workers' event-loop stalls (schema 1.1)
+    chunk_paths: list[str] | None = None  # the readable chunk parts, when left on disk
+    chunk_filesystem: Any = None  # pyarrow filesystem of `chunk_paths`
 
 
 class Progress:
@@ -226,13 +229,26 @@ def not_a_run(run_uri: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class _Footer:
+    """A chunks part left on disk: its footer was read (version, rows), not its rows."""
+
+    path: str
+    rows: int
+
+
 def load_run(
     run_uri: str,
     *,
     progress: bool = True,
     progress_stream: TextIO | None = None,
+    chunks: bool = True,
 ) -> RunData:
     """Read every part of the run at `run_uri` (`<events-uri>/<run_id>`), all workers merged.
+
+    `chunks=False`: the chunk parts are not loaded, only their footers read (schema version,
+    row count, a part that is not Parquet is named as unreadable); `chunk_paths` lists the
+    readable ones for the out-of-core engine (analysis/chunkfacts.py).
 
     Raises UsageError when nothing at the URI looks like a run, SchemaVersionError for parts
     or a manifest of an unknown major version. Missing and unreadable parts are skipped and
@@ -294,9 +310,21 @@ def load_run(
         t: sum(r for k, r in expected_rows.items() if table_of(k) == t) for t in schemas
     }
 
-    def read(key: str) -> tuple[str, pa.Table | SchemaVersionError | None, str]:
+    chunk_fs, chunk_path = None, {}
+    if not chunks:
+        chunk_keys = [k for k, p in parsed.items() if p.table == "chunks"]
+        chunk_fs, located = locate(store, chunk_keys)
+        chunk_path = dict(zip(chunk_keys, located, strict=True))
+
+    def read(key: str) -> tuple[str, pa.Table | _Footer | SchemaVersionError | None, str]:
         schema, columns = schemas[parsed[key].table]
         try:
+            if key in chunk_path:
+                assert chunk_fs is not None
+                with chunk_fs.open_input_file(chunk_path[key]) as file:
+                    meta = pq.read_metadata(file)
+                check_version(version_of(meta.schema.to_arrow_schema()), where=key)
+                return key, _Footer(chunk_path[key], meta.num_rows), ""
             return key, _read_part(store.get(key), key, schema, columns), ""
         except SchemaVersionError as exc:
             return key, exc, ""  # raised once every read has ended (see below)
@@ -306,26 +334,33 @@ def load_run(
 
     bar = Progress(len(parts), f"reading {run_id}", progress_stream) if progress else None
     tables: dict[str, list[pa.Table]] = {t: [] for t in schemas}
+    footers: list[_Footer] = []
     newer: SchemaVersionError | None = None
     # Raised only once every read has ended: raising out of pool.map while other parts were
     # still being decoded made the process abort now and then at exit (SIGABRT, "terminate
     # called without an active exception"; measured 9 in 100 runs, 0 in 300 after).
     with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
         for key, table, reason in pool.map(read, parts):
+            rows = table.rows if isinstance(table, _Footer) else None
+            if isinstance(table, pa.Table):
+                rows = len(table)
             if bar:
-                bar.step(rows=len(table) if isinstance(table, pa.Table) else 0)
+                bar.step(rows=rows or 0)
             if isinstance(table, SchemaVersionError):
                 newer = newer or table
                 continue
-            if table is None:
+            if table is None or rows is None:
                 comp.corrupt_parts[key] = reason
                 continue
             comp.parts_read += 1
             name = parsed[key].table
-            tables[name].append(table)
-            comp.rows_read[name] += len(table)
-            if key in expected_rows and expected_rows[key] != len(table):
-                comp.row_mismatches[key] = (expected_rows[key], len(table))
+            if isinstance(table, _Footer):
+                footers.append(table)
+            else:
+                tables[name].append(table)
+            comp.rows_read[name] += rows
+            if key in expected_rows and expected_rows[key] != rows:
+                comp.row_mismatches[key] = (expected_rows[key], rows)
     if bar:
         bar.close()
     if newer is not None:
@@ -335,15 +370,18 @@ def load_run(
     refuse_all_missing(run_id, run_uri, comp)
 
     requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
-    chunks = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)
+    chunk_frame = None
+    if chunks:
+        chunk_frame = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)
+        if not isinstance(chunk_frame["request_id"].dtype, pd.CategoricalDtype):
+            chunk_frame["request_id"] = chunk_frame["request_id"].astype("category")
     samples = _to_pandas(tables.pop("samples"), SAMPLES_SCHEMA, SAMPLE_COLUMNS)
     stalls = _to_pandas(tables.pop("stalls"), STALLS_SCHEMA, STALL_COLUMNS)
-    if not isinstance(chunks["request_id"].dtype, pd.CategoricalDtype):
-        chunks["request_id"] = chunks["request_id"].astype("category")
     warnings.extend(comp.warnings())
     server_metrics = read_server_metrics(store, keys)
     if server_metrics is not None:
         warnings.extend(server_metrics.warnings)
     return RunData(
-        run_uri, run_id, manifest, requests, chunks, comp, warnings, server_metrics, samples, stalls
-    )
+        run_uri, run_id, manifest, requests, chunk_frame, comp, warnings, server_metrics, samples,
+        stalls, None if chunks else sorted(f.path for f in footers), chunk_fs,
+    )  # fmt: skip

@@ -20,6 +20,7 @@ request. Everything is vectorised with numpy: no Python loop per request or per 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import pandas as pd
@@ -61,8 +62,8 @@ class RequestMetrics:
     """Metrics for every request row (same order as the input) plus the ITL/ICL samples."""
 
     per_request: pd.DataFrame
-    itl: Samples
-    icl: Samples
+    itl: Samples | None  # None: the chunks were read out of core (analysis/chunkfacts.py)
+    icl: Samples | None
     orphan_chunks: int  # chunk rows whose request row is absent (excluded from everything)
 
 
@@ -174,19 +175,16 @@ def _interval_samples(ridx: np.ndarray, offset: np.ndarray, tokens: np.ndarray |
     return Samples(ridx[keep], value[keep], weight[keep])
 
 
-def compute_request_metrics(requests: pd.DataFrame, chunks: pd.DataFrame) -> RequestMetrics:
-    """TTFE, TTFT, TPOT, E2E, mean ITL/ICL and output rate for every request row.
+PER_REQUEST_METRICS: Final = ("ttfe_s", "ttft_s", "tpot_s", "e2e_s", "itl_mean_s",
+                               "icl_mean_s", "output_tokens_per_s", "chunk_count",
+                               "chunk_tokens")  # fmt: skip
+"""The per-request metric columns, in order."""
 
-    `requests` needs request_id and the *_ns offset columns of schema v1 (output_tokens too);
-    `chunks` needs request_id, seq, offset_ns and tokens. Raises InvalidTimelineError.
-    """
+
+def request_timing(requests: pd.DataFrame) -> pd.DataFrame:
+    """The metrics a request row holds alone: TTFE, TTFT, TPOT, E2E, output rate (validated:
+    InvalidTimelineError)."""
     validate_request_timelines(requests)
-    n = len(requests)
-    ridx, offset, tokens, orphans = _sorted_chunks(requests, chunks)
-    icl = _interval_samples(ridx, offset, None)
-    has_tokens = tokens > 0
-    itl = _interval_samples(ridx[has_tokens], offset[has_tokens], tokens[has_tokens])
-
     first_token = _offset_s(requests, "first_token_ns")
     last_token = _offset_s(requests, "last_token_ns")
     end = _offset_s(requests, "end_ns")
@@ -194,18 +192,39 @@ def compute_request_metrics(requests: pd.DataFrame, chunks: pd.DataFrame) -> Req
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out >= 2, (last_token - first_token) / (out - 1), np.nan)
         rate = np.where((out >= 0) & (end > 0), out / end, np.nan)
-    per_request = pd.DataFrame(
+    return pd.DataFrame(
+        {"ttfe_s": _offset_s(requests, "first_event_ns"), "ttft_s": first_token,
+         "tpot_s": tpot, "e2e_s": end, "output_tokens_per_s": rate},
+        index=requests.index,
+    )  # fmt: skip
+
+
+def with_chunk_metrics(timing: pd.DataFrame, chunk_metrics: pd.DataFrame) -> pd.DataFrame:
+    """The per-request metrics in PER_REQUEST_METRICS order, from both halves."""
+    both = pd.concat([timing, chunk_metrics], axis=1)
+    return both[list(PER_REQUEST_METRICS)]
+
+
+def compute_request_metrics(requests: pd.DataFrame, chunks: pd.DataFrame) -> RequestMetrics:
+    """TTFE, TTFT, TPOT, E2E, mean ITL/ICL and output rate for every request row.
+
+    `requests` needs request_id and the *_ns offset columns of schema v1 (output_tokens too);
+    `chunks` needs request_id, seq, offset_ns and tokens. Raises InvalidTimelineError.
+    """
+    timing = request_timing(requests)
+    n = len(requests)
+    ridx, offset, tokens, orphans = _sorted_chunks(requests, chunks)
+    icl = _interval_samples(ridx, offset, None)
+    has_tokens = tokens > 0
+    itl = _interval_samples(ridx[has_tokens], offset[has_tokens], tokens[has_tokens])
+    from_chunks = pd.DataFrame(
         {
-            "ttfe_s": _offset_s(requests, "first_event_ns"),
-            "ttft_s": first_token,
-            "tpot_s": tpot,
-            "e2e_s": end,
             "itl_mean_s": _per_request_mean(itl, n),
             "icl_mean_s": _per_request_mean(icl, n),
-            "output_tokens_per_s": rate,
             "chunk_count": np.bincount(ridx, minlength=n),
             "chunk_tokens": np.bincount(ridx, weights=tokens, minlength=n),
         },
         index=requests.index,
     )
+    per_request = with_chunk_metrics(timing, from_chunks)
     return RequestMetrics(per_request=per_request, itl=itl, icl=icl, orphan_chunks=orphans)

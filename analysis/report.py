@@ -14,6 +14,7 @@ config), and says so (`slo_source`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -25,11 +26,18 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from analysis.chunkfacts import EngineChunkFacts, MemoryChunkFacts, by_folder
 from analysis.clocks import clock_warnings
 from analysis.completeness import Completeness
+from analysis.engine import Engine
 from analysis.errors import UsageError
 from analysis.load import RunData
-from analysis.metrics import compute_request_metrics
+from analysis.metrics import (
+    RequestMetrics,
+    compute_request_metrics,
+    request_timing,
+    with_chunk_metrics,
+)
 from analysis.search import SearchSummary, summarize_search
 from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
@@ -183,16 +191,32 @@ def _choose_slo(slo: Slo, manifest: dict[str, Any], warnings: list[str]) -> tupl
         return slo, "option"
 
 
-def summarize_run(run: RunData, slo: Slo | str | None = None) -> Report:
+def summarize_run(
+    run: RunData, slo: Slo | str | None = None, engine: Engine | None = None
+) -> Report:
     """Compute the per-request metrics and the per-step summary of a loaded run.
 
     Without an SLO (None or empty) the run's own `--slo` is used when its manifest has one.
+    A run loaded without its chunks (`load_run(..., chunks=False)`) is summarised out of core
+    by `engine` (analysis/engine.py; one with the default memory limit when None).
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     warnings: list[str] = [*run.warnings]
     slo, slo_source = _choose_slo(slo, run.manifest, warnings)
-    metrics = compute_request_metrics(run.requests, run.chunks)
-    table = aggregate_steps(run, metrics, slo)
+    if run.chunks is not None:
+        metrics = compute_request_metrics(run.requests, run.chunks)
+        table = aggregate_steps(run, metrics, slo, MemoryChunkFacts(metrics, run.requests,
+                                                                    run.chunks))  # fmt: skip
+    else:
+        with contextlib.ExitStack() as stack:
+            if engine is None:
+                engine = stack.enter_context(Engine())
+            batches = by_folder(run.chunk_paths or [])  # one worker's parts at a time
+            facts = EngineChunkFacts(engine, run.requests, batches, run.chunk_filesystem)
+            timing = request_timing(run.requests)
+            per_request = with_chunk_metrics(timing, facts.per_request)
+            metrics = RequestMetrics(per_request, None, None, facts.orphan_chunks)
+            table = aggregate_steps(run, metrics, slo, facts)
     warnings.extend(table.warnings)
     warnings.extend(clock_warnings(run.manifest))
     if run.requests.empty:

@@ -30,9 +30,10 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.chunkfacts import CURVE_QUANTILES, ChunkFacts, GroupChunks, GroupSpec
 from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
-from analysis.metrics import RequestMetrics, Samples, chunk_request_index
+from analysis.metrics import RequestMetrics
 from analysis.openloop import open_loop_columns, open_loop_warnings, slip_and_queue_ms
 from analysis.schema import (
     ERROR_KINDS,
@@ -59,9 +60,6 @@ LATENCY_METRICS: Final = ("ttft", "tpot", "itl", "icl", "e2e")
 
 FEW_REQUESTS: Final = 30
 """Fewer successful requests than this in a step's window earns a warning."""
-
-CURVE_QUANTILES: Final = np.linspace(0.0, 1.0, 201)
-"""Quantiles kept per group and metric to draw distributions without re-sorting."""
 
 HIGH_ERROR_RATE: Final = 0.05
 """A step error rate above this earns a warning."""
@@ -169,9 +167,6 @@ class _Arrays:
     prompt_offset: np.ndarray  # prompt_tokens - prompt_tokens_requested (prompts without
     # history that llmload built), NaN otherwise
     good: np.ndarray | None
-    chunk_request: np.ndarray
-    chunk_at: np.ndarray
-    chunk_tokens: np.ndarray
     tokens_source: np.ndarray  # per request: output_tokens_source (None when unknown)
     stall_ns: np.ndarray  # per request: worker_stall_ns, NaN when not measured
     coalesced: np.ndarray  # per request: coalesced_events, NaN when not recorded
@@ -207,10 +202,6 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
     # without the server's count: the new tokens of the turn plus the history it resent
     prompt = np.where(np.isnan(reported), requested + np.nan_to_num(history), reported)
     built = ~req["scenario"].astype(str).str.startswith(REPLAYED_PROMPTS).to_numpy()
-    chunk_request = chunk_request_index(req["request_id"], run.chunks["request_id"])
-    known = chunk_request >= 0
-    chunk_request = chunk_request[known]
-    offsets = run.chunks["offset_ns"].to_numpy(np.int64)[known]
     return _Arrays(
         sent=sent,
         done=_abs_ns(sent, _float(req, "end_ns")),
@@ -224,9 +215,6 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         # template, and a later turn's server count includes the turns it resends
         prompt_offset=np.where(built & without_history(req), reported - requested, np.nan),
         good=slo.good(metrics.per_request, ok),
-        chunk_request=chunk_request,
-        chunk_at=sent[chunk_request] + offsets,
-        chunk_tokens=run.chunks["tokens"].to_numpy(np.int64)[known],
         tokens_source=req["output_tokens_source"].to_numpy(object)
         if "output_tokens_source" in req
         else np.full(len(req), None, dtype=object),
@@ -280,6 +268,7 @@ def _group_row(
     members: np.ndarray,
     eligible: np.ndarray,
     curves: dict[str, np.ndarray],
+    chunk: GroupChunks,
     mode: str | None = None,
     rate: float | None = None,
     dropped_in: np.ndarray | None = None,
@@ -288,7 +277,8 @@ def _group_row(
     excluded), all and those of the window; `eligible`: sent requests whose output may count
     towards the group's throughput (non-cold for steps, cold for the cold group);
     `dropped_in`: a rate step's arrivals dropped inside its window. `mode` is None for the
-    cold group. Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES."""
+    cold group. `chunk`: what the chunks say of the group (ITL, ICL, tokens in its window).
+    Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES."""
     req = run.requests
     latency = members & a.ok  # the successful requests of the window
     dropped = int(dropped_in.sum()) if mode == "rate" and dropped_in is not None else None
@@ -303,8 +293,8 @@ def _group_row(
         else float("nan"),
     }
     row.update(_counts(a, tagged, members, dropped))
-    row.update(_latencies(metrics, latency, curves))
-    row.update(_throughput(a, window, members, eligible))
+    row.update(_latencies(metrics, latency, curves, chunk))
+    row.update(_throughput(a, window, members, eligible, chunk.tokens_in_window))
     row.update(_token_means(a, req, latency))
     row.update(_error_kinds(a, members))
     row.update(_token_source(a, latency))
@@ -334,30 +324,39 @@ def _counts(
 
 
 def _latencies(
-    metrics: RequestMetrics, latency: np.ndarray, curves: dict[str, np.ndarray]
+    metrics: RequestMetrics,
+    latency: np.ndarray,
+    curves: dict[str, np.ndarray],
+    chunk: GroupChunks,
 ) -> dict[str, Any]:
-    """Each latency metric's summary over the successful requests; its quantiles into `curves`."""
+    """Each latency metric's summary over the successful requests; its quantiles into `curves`.
+    ITL and ICL come from the chunks (`chunk`), the others from the per-request metrics."""
     per = metrics.per_request
     out: dict[str, Any] = {}
     for metric in LATENCY_METRICS:
         if metric in ("itl", "icl"):
-            samples: Samples = getattr(metrics, metric).select(latency)
-            ordered = SortedSamples.of(samples.value_s, samples.weight)
-        else:
-            ordered = SortedSamples.of(per[f"{metric}_s"].to_numpy(np.float64)[latency])
+            latency_of = chunk.itl if metric == "itl" else chunk.icl
+            out.update(latency_of.summary.columns(metric))
+            curves[metric] = latency_of.curve
+            continue
+        ordered = SortedSamples.of(per[f"{metric}_s"].to_numpy(np.float64)[latency])
         out.update(DistributionSummary.of_sorted(ordered).columns(metric))
         curves[metric] = ordered.quantiles(CURVE_QUANTILES)
     return out
 
 
 def _throughput(
-    a: _Arrays, window: Window | None, members: np.ndarray, eligible: np.ndarray
+    a: _Arrays,
+    window: Window | None,
+    members: np.ndarray,
+    eligible: np.ndarray,
+    tokens_in_window: float,
 ) -> dict[str, Any]:
-    """Rates over the window (time-based: what happened inside it), and the window itself."""
+    """Rates over the window (time-based: what happened inside it), and the window itself.
+    `tokens_in_window`: output tokens of eligible requests that arrived inside it."""
     if window is not None:
-        chunk_in = window.contains(a.chunk_at) & eligible[a.chunk_request]
         done_in = eligible & window.contains(a.done)
-        tokens = float(a.chunk_tokens[chunk_in].sum())
+        tokens = tokens_in_window
         completed = float((done_in & a.ok).sum())
         prefilled = eligible & window.contains(a.first_token_at)
         prompt = float(np.nansum(a.prompt_for_rate[prefilled]))
@@ -482,8 +481,11 @@ def _new(curves: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return curves[-1]
 
 
-def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTable:
-    """Summary rows for the cold group (when present) and every step, plus per-request flags."""
+def aggregate_steps(
+    run: RunData, metrics: RequestMetrics, slo: Slo, facts: ChunkFacts
+) -> StepTable:
+    """Summary rows for the cold group (when present) and every step, plus per-request flags.
+    `facts`: what the chunks say of each group (in memory or out of core: chunkfacts.py)."""
     req = run.requests
     a = _arrays(run, metrics, slo)
     plans, warnings = plan_steps(run.manifest, req, a.done, a.sent)
@@ -496,6 +498,7 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
     windows: list[Window | None] = []
     populations: list[np.ndarray] = []  # per row: its requests (`members`)
     curves: list[dict[str, np.ndarray]] = []
+    groups: list[dict[str, Any]] = []  # each row's _group_row arguments, chunks asked at once
 
     if cold.any():
         cold_start = run.manifest.get("cold_start") or {}
@@ -505,21 +508,8 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         window = request_span(a.sent[cold], a.done[cold], "cold")
         windows.append(window)
         populations.append(cold)
-        rows.append(
-            _group_row(
-                a,
-                run,
-                metrics,
-                group="cold",
-                step=None,
-                concurrency=int(concurrency),
-                window=window,
-                tagged=cold,
-                members=cold,
-                eligible=cold,
-                curves=_new(curves),
-            )
-        )
+        groups.append({"group": "cold", "step": None, "concurrency": int(concurrency),
+                       "window": window, "tagged": cold, "members": cold, "eligible": cold})  # fmt: skip
     not_cold = ~req["cold"].to_numpy(bool)
     for plan in plans:
         tagged = not_cold & sent_rows & (step_col == plan.step)
@@ -529,24 +519,14 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
         steady |= members | dropped_in
         windows.append(plan.window)
         populations.append(members)
-        rows.append(
-            _group_row(
-                a,
-                run,
-                metrics,
-                group="step",
-                step=plan.step,
-                concurrency=plan.concurrency,
-                window=plan.window,
-                tagged=tagged,
-                members=members,
-                eligible=not_cold & sent_rows,
-                curves=_new(curves),
-                mode=plan.mode,
-                rate=plan.rate,
-                dropped_in=dropped_in,
-            )
-        )
+        groups.append({"group": "step", "step": plan.step, "concurrency": plan.concurrency,
+                       "window": plan.window, "tagged": tagged, "members": members,
+                       "eligible": not_cold & sent_rows, "mode": plan.mode, "rate": plan.rate,
+                       "dropped_in": dropped_in})  # fmt: skip
+    specs = [GroupSpec(g["members"] & a.ok, g["window"], g["eligible"]) for g in groups]
+    chunks = facts.groups(specs, a.sent)
+    for group, chunk in zip(groups, chunks, strict=True):
+        rows.append(_group_row(a, run, metrics, curves=_new(curves), chunk=chunk, **group))
 
     for row, window, population in zip(rows, windows, populations, strict=True):
         warnings.extend(_step_warnings(row))
@@ -563,9 +543,9 @@ def aggregate_steps(run: RunData, metrics: RequestMetrics, slo: Slo) -> StepTabl
             row["slo_pass"] = None
             row["slo_failures"] = ""
     warnings.extend(cached_tokens_warning(req, a.ok))
-    if metrics.orphan_chunks:
+    if facts.orphan_chunks:
         warnings.append(
-            f"{metrics.orphan_chunks} chunk row(s) belong to no request row (a requests part "
+            f"{facts.orphan_chunks} chunk row(s) belong to no request row (a requests part "
             "is missing?); they are left out of every statistic"
         )
 

@@ -9,8 +9,9 @@ process of its own, its peak RSS read from the kernel (ru_maxrss of the waited c
 
 - `sql`: `llmload sql` (analysis/engine.py, DuckDB, out of core under --memory-limit):
   per-step TTFT p99 and mean ITL over request_metrics, which aggregates every chunk row;
-- `report`: `llmload report --no-html` (analysis/build.py). Stopped at --report-limit-s or
-  when its RSS passes --rss-limit-gb, and recorded as such.
+- `report`: `llmload report --no-html --memory-limit` (analysis/build.py: the chunks out of
+  core, analysis/chunkfacts.py). Stopped at --report-limit-s or when its RSS passes
+  --rss-limit-gb, and recorded as such.
 
 Prints one line per measure and a JSON summary; docs/benchmarks.md records the figures.
 """
@@ -119,7 +120,8 @@ def main() -> int:
         if not args.skip_report:
             out = Path(tmp) / "report"
             results["report"] = measure([str(BIN / "llmload"), "report", str(run), "--out",
-                                         str(out), "--no-html", "--quiet"],
+                                         str(out), "--no-html", "--quiet", "--memory-limit",
+                                         args.memory_limit],
                                         args.report_limit_s, args.rss_limit_gb)  # fmt: skip
             print(f"llmload report --no-html: {results['report']}", flush=True)
         print(json.dumps({**results, "cpus": os.cpu_count()}))

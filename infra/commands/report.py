@@ -39,6 +39,25 @@ def register(sub: Any) -> None:
     parser.add_argument("--no-html", action="store_true", help="skip report.html (and its plots)")
     parser.add_argument("--quiet", action="store_true", help="no progress line, no summary")
     parser.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="memory the analysis engine may hold, e.g. 2GB (the default); beyond it it spills "
+        "to --spill-dir",
+    )
+    parser.add_argument(
+        "--spill-dir",
+        default=None,
+        metavar="DIR",
+        help="where the engine spills (default: a temporary folder, removed afterwards)",
+    )
+    parser.add_argument(
+        "--in-memory",
+        action="store_true",
+        help="load every chunk and compute with numpy instead of the out-of-core engine "
+        "(the reference path: the same figures; needs memory for the whole run)",
+    )
+    parser.add_argument(
         "--csv-rows",
         type=int,
         default=None,
@@ -69,8 +88,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--csv-rows must be >= 0 (0: always write requests.csv), not "
                          f"{args.csv_rows}")  # fmt: skip
     csv_rows = CSV_ROWS if args.csv_rows is None else args.csv_rows
+    from analysis.engine import DEFAULT_MEMORY_LIMIT
+
     report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet,
-                          csv_rows=csv_rows)  # fmt: skip
+                          csv_rows=csv_rows, in_memory=args.in_memory,
+                          memory_limit=args.memory_limit or DEFAULT_MEMORY_LIMIT,
+                          spill_dir=args.spill_dir)  # fmt: skip
     for warning in report.warnings:
         print(f"llmload: warning: {warning}", file=sys.stderr)
     if not args.quiet:

@@ -407,7 +407,7 @@ class WorkerContext:
                 "spool_dir": str(report.spool_dir),
                 "complete": report.complete,
             }
-            log.debug("llmload: worker %s flushed: %s", self.worker_id, report)  # the sink said it
+            log.info("llmload: worker %s flushed: %s", self.worker_id, report)
         return {**self.identity, "sink": self.sink_report, "sent": self.sent,
                 "probes": list(self.probes)}  # fmt: skip
 

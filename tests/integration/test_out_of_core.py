@@ -1,0 +1,125 @@
+"""`llmload report` out of core (the default: analysis/chunkfacts.py on the DuckDB engine)
+gives the figures of the in-memory numpy path (`in_memory=True`), column by column: on a run
+of 1.1M chunk rows, on open-loop and session runs, and on the same impossible timelines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from analysis import build_report
+from analysis.errors import InvalidTimelineError, UsageError
+from analysis.report import Report
+from tests.support.runs import RunBuilder, known_run
+from tests.support.synthetic import write_run
+
+
+def assert_same_frames(a: pd.DataFrame, b: pd.DataFrame, what: str) -> None:
+    assert list(a.columns) == list(b.columns), what
+    assert len(a) == len(b), what
+    for column in a.columns:
+        x, y = a[column], b[column]
+        if pd.api.types.is_numeric_dtype(x) and pd.api.types.is_numeric_dtype(y):
+            xs = pd.to_numeric(x, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            ys = pd.to_numeric(y, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            assert np.array_equal(np.isnan(xs), np.isnan(ys)), (what, column)
+            assert np.allclose(xs, ys, rtol=1e-12, atol=0, equal_nan=True), (what, column)
+        else:
+            assert x.astype(str).tolist() == y.astype(str).tolist(), (what, column)
+
+
+def assert_same_reports(out_of_core: Report, in_memory: Report) -> None:
+    assert_same_frames(out_of_core.summary, in_memory.summary, "summary")
+    assert_same_frames(out_of_core.per_request, in_memory.per_request, "per request")
+    for mine, theirs in zip(out_of_core.table.curves, in_memory.table.curves, strict=True):
+        for metric, curve in theirs.items():
+            assert np.allclose(mine[metric], curve, rtol=1e-12, atol=0, equal_nan=True), metric
+    assert out_of_core.warnings == in_memory.warnings
+
+
+def both(uri: str, tmp_path: Path, **kwargs: object) -> tuple[Report, Report]:
+    a = build_report(uri, tmp_path / "ooc", progress=False, html=False, memory_limit="512MB",
+                     **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    b = build_report(uri, tmp_path / "mem", progress=False, html=False, in_memory=True,
+                     **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    return a, b
+
+
+def test_a_million_chunk_rows_out_of_core_equal_the_numpy_path(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "ev", 110_000, 10, workers=4, parts=3)
+    out_of_core, in_memory = both(str(run), tmp_path, slo="ttft_p99=0.25,itl_p99=0.1,itl=0.03")
+    assert int(in_memory.per_request["chunk_count"].sum()) >= 1_000_000
+    assert out_of_core.summary["itl_p99_s"].notna().all()
+    assert_same_reports(out_of_core, in_memory)
+
+
+def test_the_known_runs_are_the_same_out_of_core(tmp_path: Path) -> None:
+    for builder in (known_run("k1"), known_run("k2", simulated=True)):
+        uri = builder.write(tmp_path / "ev", parts_per_worker=2)
+        assert_same_reports(*both(uri, tmp_path / builder.run_id, slo="ttft_p99=1,itl=0.5"))
+
+
+def test_rate_steps_sessions_orphans_and_zero_token_chunks(tmp_path: Path) -> None:
+    b = RunBuilder("mixed", workers=("w1", "w2"))
+    b.add_rate_step(0, 5.0, started_s=0, ended_s=10, warmup_s=1, max_concurrency=2)
+    for i in range(12):
+        b.add_arrival(step=0, rate=5.0, index=i, intended_s=1.0 + 0.7 * i, slip_s=0.001 * i,
+                      chunks=[(0.05, 0), (0.1, 2), (0.1 + 0.01 * i, 0), (0.3, 1)],
+                      dropped=(i == 5))  # fmt: skip
+    b.add_step(1, 2, started_s=10, spawned_s=10, ended_s=30, warmup_s=1)
+    b.add_session("s1", step=1, started_s=12.0, planned=2, turns=[
+        {"chunks": [(0.1, 3, "tool_call")], "tool_calls": 1, "prompt_tokens": 120},
+        {"kind": "tool_result", "wait_s": 0.5, "chunks": [(0.1, 2), (0.4, 1)]},
+    ])  # fmt: skip
+    b.write(tmp_path / "ev")
+    b.write(tmp_path / "ev2")
+    part = tmp_path / "ev2" / "mixed" / "chunks" / "worker=w1" / "part-000000.parquet"
+    table = pq.read_table(part)
+    orphan = table.slice(0, 1).set_column(
+        table.schema.get_field_index("request_id"), "request_id", pa.array(["no-such-request"])
+    )
+    pq.write_table(pa.concat_tables([table, orphan.cast(table.schema)]), part)
+    for events in ("ev", "ev2"):
+        uri = f"{tmp_path / events}/mixed"
+        a, m = both(uri, tmp_path / events)
+        assert_same_reports(a, m)
+    assert any("chunk row(s) belong to no request row" in w for w in a.warnings)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"offset_ns": -1}, "a chunk offset_ns is negative"),
+        ({"tokens": -1}, "a chunk has a negative token count"),
+        ({"seq": 0}, "two chunks share one seq number"),
+        ({"offset_ns": 50_000_000}, "tokens out of order (chunk offsets decrease)"),
+        ({"offset_ns": 600_000_000}, "a chunk arrives after the end of the response"),
+    ],
+)
+def test_an_impossible_timeline_is_refused_the_same_way(
+    tmp_path: Path, change: dict[str, int], reason: str
+) -> None:
+    b = RunBuilder("bad")
+    b.add_step(0, 1, started_s=0, spawned_s=0, ended_s=10)
+    b.add_request(step=0, concurrency=1, sent_s=1.0, chunks=[(0.1, 1), (0.2, 1)], end_s=0.3)
+    b.add_request(step=0, concurrency=1, sent_s=2.0, chunks=[(0.1, 1), (0.3, 1)], end_s=0.5)
+    b.chunks[-1].update(change)  # the second request's last chunk (its row says otherwise)
+    uri = b.write(tmp_path / "ev")
+    errors = []
+    for in_memory in (False, True):
+        with pytest.raises(InvalidTimelineError) as caught:
+            build_report(uri, tmp_path / str(in_memory), progress=False, html=False,
+                         in_memory=in_memory)  # fmt: skip
+        errors.append((caught.value.reason, caught.value.request_ids))
+    assert errors[0] == errors[1] and errors[0][0] == reason
+
+
+def test_a_bad_memory_limit_is_refused_before_reading(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--memory-limit 'lots' is not a size"):
+        build_report(str(tmp_path / "nothing"), tmp_path / "out", memory_limit="lots")
+    assert not (tmp_path / "out").exists()
