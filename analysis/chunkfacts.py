@@ -43,6 +43,9 @@ CHUNK_COLUMNS: Final = ("itl_mean_s", "icl_mean_s", "chunk_count", "chunk_tokens
 
 _RANK_TOLERANCE: Final = 1e-9  # as analysis/stats.py
 _BIN_S: Final = 1e-6  # histogram bins that locate a percentile's rank (1 µs)
+WINDOW_ROW_BYTES: Final = 128
+"""Engine memory per chunk row one window over requests' chunks may take: a worker's parts
+with more rows than the engine's memory over this are taken in slices."""
 # the timeline checks of analysis/metrics.py, in the order it makes them
 _CHECKS: Final = (
     "a chunk offset_ns is negative",
@@ -230,12 +233,24 @@ class EngineChunkFacts:
         self.per_request  # noqa: B018 (counted by the aggregation)
         return self._orphans
 
-    def _each_batch(self) -> Any:
-        """Yields once per batch, with the view `llmload_chunks` over that batch's parts."""
+    def _each_batch(self, sliced: bool = False) -> Any:
+        """Yields once per batch, with the view `llmload_chunks` over that batch's parts.
+        `sliced`: a batch of more rows than the engine's memory holds (WINDOW_ROW_BYTES a row)
+        is taken in slices of whole requests
+        (by a hash of the request id), each a scan of the batch's parts: a window over
+        chunks holds one slice at a time."""
         for paths in self.batches or [[]]:
             self.engine.register_parts("chunks", [(paths, self.filesystem)] if paths else [],
-                                       view="llmload_chunks")  # fmt: skip
-            yield
+                                       view="llmload_batch")  # fmt: skip
+            rows = self.engine.sql("SELECT count(*) AS n FROM llmload_batch").to_pylist()[0]["n"]
+            most = max(1_000, self.engine.memory_bytes // WINDOW_ROW_BYTES)
+            slices = max(1, -(-int(rows) // most)) if sliced else 1
+            for i in range(slices):
+                where = f" WHERE hash(request_id) % {slices} = {i}" if slices > 1 else ""
+                self.engine.con.execute(
+                    f"CREATE OR REPLACE VIEW llmload_chunks AS SELECT * FROM llmload_batch{where}"
+                )
+                yield
 
     def _register(self, group: np.ndarray, sent: np.ndarray, elig: np.ndarray) -> None:
         table = pa.table({
@@ -323,7 +338,7 @@ class EngineChunkFacts:
 
     def _samples_and_checks(self) -> None:
         self.engine.con.execute(_CREATE_SAMPLES)
-        for _ in self._each_batch():
+        for _ in self._each_batch(sliced=True):
             self.engine.con.execute(_SAMPLES_SQL)
         bad = self.engine.sql(
             "SELECT k, list(DISTINCT v ORDER BY v) AS rows FROM llmload_samples WHERE k >= 2 "

@@ -246,7 +246,9 @@ class Engine:
         spill = spill_dir or (self._spill.name if self._spill else "")
         self.con = duckdb.connect(config={"autoinstall_known_extensions": False,
                                           "autoload_known_extensions": False})  # fmt: skip
-        self.con.execute(f"SET memory_limit = '{parse_memory_limit(memory_limit)}'")
+        limit = parse_memory_limit(memory_limit)
+        self.memory_bytes = limit_bytes(limit)
+        self.con.execute(f"SET memory_limit = '{limit}'")
         self.con.execute("SET temp_directory = ?", [spill])
         self.con.execute("SET preserve_insertion_order = false")  # lets big scans stream
         self.con.execute(f"SET threads = {int(threads or os.cpu_count() or 1)}")

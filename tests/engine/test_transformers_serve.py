@@ -56,9 +56,10 @@ pytestmark = [
 ]
 
 STEPS = ("--steps", "1,2", "--step-duration", "3", "--step-warmup", "1", "--cold-requests", "2")
-# POSTs each local run's worker makes before its load: the continuous-usage probe (accepted:
-# stream_options is ignored) and two prompt-calibration probes; and the ignore_eos probe (422).
-PROBES_OK = 3
+# POSTs a local run makes before its load: the preflight's first_request probe (one request
+# of the run's shape), the worker's continuous-usage probe (accepted: stream_options is
+# ignored) and two prompt-calibration probes; and the worker's ignore_eos probe (422).
+PROBES_OK = 4
 PROBES_422 = 1
 FORCE_LENGTH = json.dumps({"generation_config": json.dumps({"eos_token_id": -1})})
 

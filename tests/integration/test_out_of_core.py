@@ -123,3 +123,15 @@ def test_a_bad_memory_limit_is_refused_before_reading(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--memory-limit 'lots' is not a size"):
         build_report(str(tmp_path / "nothing"), tmp_path / "out", memory_limit="lots")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_taken_in_slices_gives_the_same_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slices of whole requests (a hash of the id) bound one window's rows; one slice or many,
+    the same report."""
+    import analysis.chunkfacts
+
+    run = write_run(tmp_path / "ev", 3_000, 10, workers=2, parts=2)
+    monkeypatch.setattr(analysis.chunkfacts, "WINDOW_ROW_BYTES", 2**18)  # 512MB: 2,048 rows
+    assert_same_reports(*both(str(run), tmp_path, slo="itl_p99=0.1"))  # 15,000 rows a worker
