@@ -12,13 +12,15 @@ them the same way (analysis/metrics.py, analysis/stats.py): per-token ITL sample
 by tokens, nearest-rank percentiles, a chunk's time = its request's aligned send + offset.
 
 The engine path (analysis/engine.py) reads each chunk part where it lies, one worker's parts
-at a time (a chunk joins only its own worker's requests), in three scans: a
-hash aggregation per request (counts, tokens, first and last offsets), a window over each
-request's chunks in `seq` order (the ITL and ICL samples and the timeline checks), and the
-tokens inside each group's window. The samples go into a DuckDB temporary table grouped by
-value (it spills under the memory limit); each percentile is then found exactly in two
-steps: a histogram of 1 µs bins locates the bin that holds its rank, and only that bin's
-values are sorted. Memory is bounded by DuckDB's limit plus the request rows.
+at a time (a chunk joins only its own worker's requests; a worker with more rows than the
+engine's memory holds is taken in slices of whole requests), in four scans: a hash
+aggregation per request (counts, tokens, first and last offsets); a window over each
+request's chunks in `seq` order that bins the ITL and ICL samples of each group in 1 µs bins
+(weight, weighted sum, max) and finds the requests that fail a timeline check; the same
+window again, keeping only the samples in the bins that hold a wanted rank (each percentile
+and curve point: exact nearest rank, only those bins' values sorted); and the tokens inside
+each group's window. Nothing as long as the chunk table is ever held or written: memory is
+bounded by DuckDB's limit plus the request rows.
 """
 
 from __future__ import annotations
@@ -139,8 +141,7 @@ FROM llmload_chunks GROUP BY request_id
 """Per request id: its chunks' count, tokens, first and last offsets (matched to the request
 rows afterwards: an id with no row is orphan chunks)."""
 
-_SAMPLES_SQL: Final = """
-INSERT INTO llmload_samples
+_SAMPLES_CTE: Final = """
 WITH w AS (
     SELECT r.g, r.r, r.end_s, c.seq, c.offset_ns, c.tokens,
            lag(c.seq) OVER p AS prev_seq,
@@ -164,12 +165,29 @@ WITH w AS (
         {k: 6, v: r::DOUBLE, w: coalesce(offset_ns / 1e9 > end_s, false)::BIGINT}
     ], lambda x: x.w > 0)) AS s
     FROM w
+), x AS (
+    SELECT g, s.k AS k, s.v AS v, s.w AS w,
+           CASE WHEN s.k < 2 THEN floor(s.v / %(bin)s)::BIGINT ELSE s.v::BIGINT END AS b
+    FROM e
 )
-SELECT g, s.k AS k, s.v AS v, sum(s.w) AS w FROM e GROUP BY ALL
 """
-"""One batch's rows of the samples table. Kinds 0 (ICL) and 1 (ITL): samples of each group's
-successful requests, by value; kinds 2..6: the rows (as v) of requests whose chunks fail one
-of _CHECKS. A value may have a row per batch: every reader sums."""
+"""Every chunk's samples, from a window over its request's chunks in seq order. Kinds 0 (ICL)
+and 1 (ITL): samples of each group's successful requests, `b` their 1 µs bin; kinds 2..6:
+the row (`b`) of a request whose chunks fail one of _CHECKS."""
+
+_HIST_SQL: Final = (
+    "INSERT INTO llmload_hist " + _SAMPLES_CTE
+    + "SELECT g, k, b, sum(w), sum(v * w), max(v) FROM x GROUP BY ALL"
+)  # fmt: skip
+"""First pass, one batch: each group's samples by bin (weight, weighted sum, max), and the
+requests that fail a check. A bin may have a row per batch: every reader sums."""
+
+_VALUES_SQL: Final = (
+    "INSERT INTO llmload_values " + _SAMPLES_CTE
+    + "SELECT x.g, x.k, x.b, x.v, sum(x.w) FROM x SEMI JOIN llmload_bins n "
+    "ON x.g = n.g AND x.k = n.k AND x.b = n.b WHERE x.k < 2 GROUP BY ALL"
+)  # fmt: skip
+"""Second pass, one batch: the values (and weights) in the bins that hold a wanted rank."""
 
 
 def _window_tokens_sql(windows: list[tuple[int, Window]]) -> str:
@@ -182,8 +200,11 @@ def _window_tokens_sql(windows: list[tuple[int, Window]]) -> str:
     return f"SELECT {sums} FROM llmload_chunks c JOIN llmload_req r ON c.request_id = r.rid"
 
 
-_CREATE_SAMPLES: Final = (
-    "CREATE OR REPLACE TEMP TABLE llmload_samples (g INTEGER, k INTEGER, v DOUBLE, w HUGEINT)"
+_CREATE_TABLES: Final = (
+    "CREATE OR REPLACE TEMP TABLE llmload_hist "
+    "(g INTEGER, k INTEGER, b BIGINT, w HUGEINT, vw DOUBLE, vmax DOUBLE)",
+    "CREATE OR REPLACE TEMP TABLE llmload_values (g INTEGER, k INTEGER, b BIGINT, v DOUBLE, "
+    "w HUGEINT)",
 )
 
 
@@ -322,7 +343,9 @@ class EngineChunkFacts:
             window_of.append(len(windows))
             windows.append((code, spec.window))
         self._register(group, sent, elig)
-        self._samples_and_checks()
+        for statement in _CREATE_TABLES:
+            self.engine.con.execute(statement)
+        self._histogram_and_checks()
         summaries = self._summaries(len(specs))
         sums = np.zeros(len(windows))
         if windows:
@@ -333,15 +356,15 @@ class EngineChunkFacts:
         for i, w in enumerate(window_of):
             tokens = float("nan") if w is None else float(sums[w])
             out.append(GroupChunks(summaries[(i, 1)], summaries[(i, 0)], tokens))
-        self.engine.con.execute("DROP TABLE IF EXISTS llmload_samples")
+        for table in ("llmload_hist", "llmload_values"):
+            self.engine.con.execute(f"DROP TABLE IF EXISTS {table}")
         return out
 
-    def _samples_and_checks(self) -> None:
-        self.engine.con.execute(_CREATE_SAMPLES)
+    def _histogram_and_checks(self) -> None:
         for _ in self._each_batch(sliced=True):
-            self.engine.con.execute(_SAMPLES_SQL)
+            self.engine.con.execute(_HIST_SQL % {"bin": _BIN_S})
         bad = self.engine.sql(
-            "SELECT k, list(DISTINCT v ORDER BY v) AS rows FROM llmload_samples WHERE k >= 2 "
+            "SELECT k, list(DISTINCT b ORDER BY b) AS rows FROM llmload_hist WHERE k >= 2 "
             "GROUP BY k"
         ).to_pylist()
         found = {int(b["k"]): b["rows"] for b in bad}
@@ -353,9 +376,8 @@ class EngineChunkFacts:
     def _summaries(self, groups: int) -> dict[tuple[int, int], Latency]:
         """(group, kind) -> Latency; kind 0 ICL, 1 ITL: exact weighted nearest rank."""
         hist = self.engine.sql(
-            f"SELECT g, k, floor(v / {_BIN_S})::BIGINT AS b, sum(w)::DOUBLE AS w, "
-            "sum(v * w) AS vw, max(v) AS vmax FROM llmload_samples "
-            "WHERE k < 2 GROUP BY ALL ORDER BY g, k, b"
+            "SELECT g, k, b, sum(w)::DOUBLE AS w, sum(vw) AS vw, max(vmax) AS vmax "
+            "FROM llmload_hist WHERE k < 2 GROUP BY ALL ORDER BY g, k, b"
         ).to_pandas()
         totals = hist.groupby(["g", "k"], as_index=False, sort=True).agg(
             total=("w", "sum"), vw=("vw", "sum"), vmax=("vmax", "max")
@@ -379,14 +401,14 @@ class EngineChunkFacts:
         if wanted:
             need = pa.table({"g": [w[0] for w in wanted], "k": [w[1] for w in wanted],
                              "b": [w[2] for w in wanted]})  # fmt: skip
-            self.engine.con.register("llmload_bins", need)
+            self.engine.con.register("llmload_bins_wanted", need)
+            self.engine.con.execute("CREATE OR REPLACE TEMP TABLE llmload_bins AS "
+                                    "SELECT DISTINCT g, k, b FROM llmload_bins_wanted")  # fmt: skip
+            for _ in self._each_batch(sliced=True):  # the second pass: those bins' values
+                self.engine.con.execute(_VALUES_SQL % {"bin": _BIN_S})
             found = self.engine.sql(
-                f"WITH s AS (SELECT g, k, floor(v / {_BIN_S})::BIGINT AS b, v, w "
-                "FROM llmload_samples WHERE k < 2) "
-                "SELECT s.g, s.k, s.b, s.v, sum(s.w) AS w FROM s "
-                "SEMI JOIN (SELECT DISTINCT g, k, b FROM llmload_bins) n "
-                "ON s.g = n.g AND s.k = n.k AND s.b = n.b "
-                "GROUP BY ALL ORDER BY s.g, s.k, s.b, s.v"
+                "SELECT g, k, b, v, sum(w)::DOUBLE AS w FROM llmload_values "
+                "GROUP BY ALL ORDER BY g, k, b, v"
             ).to_pandas()
             for key, part in found.groupby(["g", "k", "b"], sort=False):
                 g, k, b = (int(x) for x in key)
