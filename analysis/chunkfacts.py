@@ -1,7 +1,7 @@
 """What the report needs of the chunk table, from memory or out of core: one interface.
 
     facts = MemoryChunkFacts(metrics, requests, chunks)   # the chunks loaded (numpy)
-    facts = EngineChunkFacts(engine, requests)            # the chunks left in their parts
+    facts = EngineChunkFacts(engine, requests, by_folder(run.chunk_paths), run.chunk_filesystem)
     facts.per_request                   # itl_mean_s, icl_mean_s, chunk_count, chunk_tokens
     facts.groups([GroupSpec(latency, window, eligible), ...], sent)
 
