@@ -37,21 +37,17 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from analysis.errors import UsageError
-from analysis.layout import TABLE_NAMES, parse_part_key
-from analysis.load import not_a_run, read_manifest, run_keys
-from analysis.partfs import locate
+from analysis.layout import TABLE_NAMES
+from analysis.load import open_run, run_id_of
+from analysis.partfs import footer_rows, locate
 from analysis.schema import (
     CHUNKS_SCHEMA,
     REQUESTS_SCHEMA,
     SAMPLES_SCHEMA,
     STALLS_SCHEMA,
-    check_version,
-    version_of,
 )
-from analysis.storage import open_store
 
 SCHEMAS: Final = {
     "requests": REQUESTS_SCHEMA,
@@ -187,17 +183,9 @@ def parse_memory_limit(text: str) -> str:
 
 def find_run(uri: str) -> AttachedRun:
     """A run's manifest and its parts' paths; UsageError when the URI holds no run."""
-    store = open_store(uri)
-    try:
-        manifest = read_manifest(store)
-        keys = run_keys(store)
-    except OSError as exc:
-        raise UsageError(f"cannot read the run at {uri}: {exc.strerror or exc}") from exc
-    parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
-    if manifest is None and not parsed:
-        raise UsageError(not_a_run(uri))
-    manifest = manifest or {}
-    run_id = str(manifest.get("run_id") or uri.rstrip("/").rsplit("/", 1)[-1])
+    store, found, _, parsed = open_run(uri)
+    manifest = found or {}
+    run_id = run_id_of(manifest, uri)
     filesystem, paths = locate(store, list(parsed))
     by_key = dict(zip(parsed, paths, strict=True))
     parts = {t: sorted(by_key[k] for k, p in parsed.items() if p.table == t) for t in TABLE_NAMES}
@@ -208,10 +196,7 @@ def _check_versions(filesystem: pafs.FileSystem | None, paths: list[str]) -> Non
     """Every part's schema version is one this llmload reads (its footer, read in ranges)."""
 
     def check(path: str) -> None:
-        fs = filesystem or pafs.LocalFileSystem()
-        with fs.open_input_file(path) as file:
-            schema = pq.read_schema(file)
-        check_version(version_of(schema), where=path)
+        footer_rows(filesystem or pafs.LocalFileSystem(), path, path)
 
     with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
         list(pool.map(check, paths))

@@ -38,12 +38,13 @@ from analysis.layout import (
     MANIFEST_NAME,
     SERVER_METRICS_FOLDER,
     TABLE_NAMES,
+    PartKey,
     WorkerIndex,
     parse_index_key,
     parse_part_key,
     table_of,
 )
-from analysis.partfs import locate
+from analysis.partfs import footer_rows, locate
 from analysis.schema import (
     CHUNKS_SCHEMA,
     OPEN_LOOP_COLUMNS_1_2,
@@ -237,6 +238,31 @@ class _Footer:
     rows: int
 
 
+def open_run(
+    run_uri: str,
+) -> tuple[ObjectStore, dict[str, Any] | None, list[str], dict[str, PartKey]]:
+    """A run's store, manifest (None: absent), keys and parsed part keys; UsageError when the
+    URI cannot be read or holds no run."""
+    store = open_store(run_uri)
+    try:
+        manifest = read_manifest(store)
+        keys = run_keys(store)
+    except OSError as exc:  # a local path that cannot be read (permissions, not a folder)
+        raise UsageError(
+            f"cannot read the run at {run_uri}: {exc.strerror or exc}; "
+            "RUN_URI is <events-uri>/<run_id>"
+        ) from exc
+    parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
+    if manifest is None and not parsed:
+        raise UsageError(not_a_run(run_uri))
+    return store, manifest, keys, parsed
+
+
+def run_id_of(manifest: dict[str, Any], run_uri: str) -> str:
+    """The run's id: its manifest's, else the URI's last segment."""
+    return str(manifest.get("run_id") or run_uri.rstrip("/").rsplit("/", 1)[-1])
+
+
 def load_run(
     run_uri: str,
     *,
@@ -254,19 +280,8 @@ def load_run(
     or a manifest of an unknown major version. Missing and unreadable parts are skipped and
     reported in `completeness` and `warnings`.
     """
-    store = open_store(run_uri)
-    try:
-        manifest = read_manifest(store)
-        keys = run_keys(store)
-    except OSError as exc:  # a local path that cannot be read (permissions, not a folder)
-        raise UsageError(
-            f"cannot read the run at {run_uri}: {exc.strerror or exc}; "
-            "RUN_URI is <events-uri>/<run_id>"
-        ) from exc
-    parsed = {k: p for k in keys if (p := parse_part_key(k)) is not None}
+    store, manifest, keys, parsed = open_run(run_uri)
     parts = list(parsed)
-    if manifest is None and not parts:
-        raise UsageError(not_a_run(run_uri))
     warnings: list[str] = []
     if manifest is None:
         warnings.append(f"{MANIFEST_NAME} is missing: no run metadata and no step timeline")
@@ -277,7 +292,7 @@ def load_run(
             "master was lost before writing it; what the master writes at the end (the last "
             "step's end, the workers' confirmation of their events) is missing"
         )
-    run_id = str(manifest.get("run_id") or run_uri.rstrip("/").rsplit("/", 1)[-1])
+    run_id = run_id_of(manifest, run_uri)
     indexes = _read_indexes(store, keys)
 
     comp = Completeness()
@@ -321,10 +336,11 @@ def load_run(
         try:
             if key in chunk_path:
                 assert chunk_fs is not None
-                with chunk_fs.open_input_file(chunk_path[key]) as file:
-                    meta = pq.read_metadata(file)
-                check_version(version_of(meta.schema.to_arrow_schema()), where=key)
-                return key, _Footer(chunk_path[key], meta.num_rows), ""
+                return (
+                    key,
+                    _Footer(chunk_path[key], footer_rows(chunk_fs, chunk_path[key], key)),
+                    "",
+                )
             return key, _read_part(store.get(key), key, schema, columns), ""
         except SchemaVersionError as exc:
             return key, exc, ""  # raised once every read has ended (see below)

@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from analysis.errors import UsageError
+from analysis.schema import check_version, version_of
 from analysis.storage import FileStore, ObjectStore, S3Store
 
 
@@ -51,3 +53,13 @@ def locate(store: ObjectStore, keys: list[str]) -> tuple[pafs.FileSystem, list[s
         prefix = f"{store.bucket}/{store.prefix}".rstrip("/")
         return s3_filesystem(store), [f"{prefix}/{key}" for key in keys]
     raise UsageError(f"cannot query the events store {store!r} in place")
+
+
+def footer_rows(filesystem: pafs.FileSystem, path: str, where: str) -> int:
+    """A part's row count from its footer alone (a ranged read), its schema version checked:
+    SchemaVersionError for a version this llmload cannot read, Arrow/OS errors for a file
+    that is not Parquet."""
+    with filesystem.open_input_file(path) as file:
+        meta = pq.read_metadata(file)
+    check_version(version_of(meta.schema.to_arrow_schema()), where=where)
+    return int(meta.num_rows)
