@@ -335,33 +335,24 @@ class RunCoordinator:
             # No worker confirmed its events: all lost (Locust then stops the run as if
             # asked to) or none flushed in time. A failure (exit 1), not an early stop.
             lost = ", ".join(self._describe(c) for c in sorted(self.workers))
-            print(
-                f"llmload: error: run {self.run_id}: no worker confirmed its events ({lost}); "
-                "they were lost or did not flush within --finish-timeout: the report is "
-                "incomplete until their spools are uploaded (llmload upload-spool)",
-                file=sys.stderr,
-                flush=True,
+            self._fail(
+                f"no worker confirmed its events ({lost}); they were lost or did not flush "
+                "within --finish-timeout: the report is incomplete until their spools are "
+                "uploaded (llmload upload-spool)"
             )
-            self.environment.process_exit_code = 1
         sent = sum(int(d.get("sent") or 0) for d in self.finished.values())
         if self.finished and not sent and not stopped_for:
             # e.g. start-up probes of a slow target outlasting the steps: not a run to report
-            print(
-                f"llmload: error: run {self.run_id}: no request was sent before the steps "
-                "ended (each worker first probes the target, up to "
-                f"{PROBE_TIMEOUT_S:g} s a probe: see the manifest's probes); give longer steps "
-                "(--step-duration) or check that the target answers promptly",
-                file=sys.stderr,
-                flush=True,
+            self._fail(
+                "no request was sent before the steps ended (each worker first probes the "
+                f"target, up to {PROBE_TIMEOUT_S:g} s a probe: see the manifest's probes); give "
+                "longer steps (--step-duration) or check that the target answers promptly"
             )
-            self.environment.process_exit_code = 1
         # Workers whose events did not all reach the store (a full disk, the store down at
         # their close): the run is incomplete, a failure too (exit 1) unless one is named.
         for data in self.finished.values():
             if left := events_left_behind(data):
-                print(f"llmload: error: run {self.run_id}: {left}", file=sys.stderr, flush=True)
-                if not getattr(self.environment, "process_exit_code", None):
-                    self.environment.process_exit_code = 1
+                self._fail(left)
         if getattr(self.plan, "status", None) == "lowest_failed":
             log.error("llmload: capacity search: even the lowest level (%g) missed the SLO %s",
                       self.options.levels[0], self.options.slo)  # fmt: skip
@@ -369,14 +360,20 @@ class RunCoordinator:
         self.manifest.finish(status)
         self._write()
         if self._manifest_failure is not None:
-            print(f"llmload: error: run {self.run_id}: its final manifest is not in the events "
-                  f"store {self.options.events_uri} ({self._manifest_failure}); the report "
-                  "reads the parts without it (the run's steps and status as of the last "
-                  "manifest written)", file=sys.stderr, flush=True)  # fmt: skip
-            if not getattr(self.environment, "process_exit_code", None):
-                self.environment.process_exit_code = 1
+            self._fail(
+                f"its final manifest is not in the events store {self.options.events_uri} "
+                f"({self._manifest_failure}); the report reads the parts without it (the "
+                "run's steps and status as of the last manifest written)"
+            )
         self.finished_at = time.time_ns()
         return self.manifest.to_dict()
+
+    def _fail(self, why: str) -> None:
+        """The run failed for `why`: one `llmload: error:` line, and exit 1 unless the run
+        already has an exit status (a cause named before)."""
+        print(f"llmload: error: run {self.run_id}: {why}", file=sys.stderr, flush=True)
+        if not getattr(self.environment, "process_exit_code", None):
+            self.environment.process_exit_code = 1
 
     def _describe(self, client_id: str) -> str:
         """A worker as a person finds it: its id and host, and whether the master lost it."""
