@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-from analysis.engine import DEFAULT_MEMORY_LIMIT, Engine, engine_share, parse_memory_limit
+from analysis.engine import (
+    DEFAULT_MEMORY_LIMIT,
+    Engine,
+    engine_share,
+    over_limit_warning,
+    parse_memory_limit,
+)
 from analysis.load import load_run
 from analysis.report import CSV_ROWS, Report, make_out_dir, summarize_run, write_tables
 from analysis.report_html import render_html
@@ -45,6 +51,9 @@ def build_report(
     if in_memory:
         report = summarize_run(run, slo)
     else:
+        warning = over_limit_warning(memory_limit, run.requests)
+        if warning:
+            run.warnings.append(warning)
         # the limit bounds the process: the engine gets what the request rows leave
         with Engine(engine_share(memory_limit), spill_dir) as engine:
             report = summarize_run(run, slo, engine)

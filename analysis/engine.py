@@ -28,12 +28,14 @@ the attach (SchemaVersionError), as it stops `llmload report`.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
@@ -161,6 +163,26 @@ def engine_share(limit: str) -> str:
     # (nor the Arrow results handed back), measured to take about as much again at the peak
     share = max(total // 4, (total - resident_bytes()) // 2, ENGINE_FLOOR)
     return f"{share // 2**20}MiB"
+
+
+REQUEST_ROWS_PEAK: Final = 6
+"""The report's peak RSS over the loaded request frame's own size, measured at a million
+requests of 10 chunks (0.28 GB of request rows, 1.72 GB peak: docs/benchmarks.md)."""
+
+
+def over_limit_warning(limit: str, requests: pd.DataFrame) -> str | None:
+    """A warning when the loaded request rows are too many for `limit`: they stay in memory
+    (the chunks do not), and the report peaks near REQUEST_ROWS_PEAK times their size; None
+    when they fit."""
+    size = int(requests.memory_usage(deep=True).sum())
+    if size * REQUEST_ROWS_PEAK <= limit_bytes(limit):
+        return None
+    wanted = math.ceil(size * REQUEST_ROWS_PEAK * 1.2 / 2**30)
+    return (
+        f"the {len(requests):,} request rows take {size / 2**30:.2f} GiB in memory (they stay "
+        f"there, the chunks do not): the report will likely pass --memory-limit {limit}; give "
+        f"--memory-limit {wanted}GiB or more"
+    )
 
 
 def parse_memory_limit(text: str) -> str:

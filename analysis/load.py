@@ -393,6 +393,9 @@ def load_run(
             chunk_frame["request_id"] = chunk_frame["request_id"].astype("category")
     samples = _to_pandas(tables.pop("samples"), SAMPLES_SCHEMA, SAMPLE_COLUMNS)
     stalls = _to_pandas(tables.pop("stalls"), STALLS_SCHEMA, STALL_COLUMNS)
+    # the decoded parts are freed, but Arrow's allocator keeps their pages until asked:
+    # about 0.3 GB per million request rows that the out-of-core report would carry along
+    pa.default_memory_pool().release_unused()
     warnings.extend(comp.warnings())
     server_metrics = read_server_metrics(store, keys)
     if server_metrics is not None:

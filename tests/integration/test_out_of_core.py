@@ -135,3 +135,17 @@ def test_a_worker_taken_in_slices_gives_the_same_figures(
     run = write_run(tmp_path / "ev", 3_000, 10, workers=2, parts=2)
     monkeypatch.setattr(analysis.chunkfacts, "WINDOW_ROW_BYTES", 2**18)  # 512MB: 2,048 rows
     assert_same_reports(*both(str(run), tmp_path, slo="itl_p99=0.1"))  # 15,000 rows a worker
+
+
+def test_too_many_request_rows_for_the_limit_are_warned_of(tmp_path: Path) -> None:
+    """The request rows stay in memory: a limit they cannot fit under earns a warning that
+    names a limit that fits, and the report is still made (same figures)."""
+    run = write_run(tmp_path / "ev", 20_000, 2, workers=2, parts=1)
+    tight = build_report(str(run), tmp_path / "tight", progress=False, html=False,
+                         memory_limit="1MB")  # fmt: skip
+    roomy = build_report(str(run), tmp_path / "roomy", progress=False, html=False)
+    warned = [w for w in tight.warnings if "--memory-limit 1MB" in w]
+    assert len(warned) == 1 and "the 20,000 request rows take" in warned[0], tight.warnings
+    assert "give --memory-limit 1GiB or more" in warned[0]
+    assert not [w for w in roomy.warnings if "--memory-limit" in w]
+    assert_same_frames(tight.summary, roomy.summary, "summary")
