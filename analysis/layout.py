@@ -7,6 +7,7 @@ it; docs/events.md ("Object layout") describes the same keys:
     <prefix>/<run_id>/<table>/worker=<worker_id>/part-<seq>.parquet part_key(table, worker, seq)
     <prefix>/<run_id>/index/worker=<worker_id>.json                 index_key(worker)
     <prefix>/<run_id>/server_metrics/part-<seq>.jsonl               server_metrics_key(seq)
+    <prefix>/<run_id>/spans/part-<source>-<seq>.parquet             spans_key(source, seq)
 
 Keys here are relative to the run (`<prefix>/<run_id>/`); `run_key` puts one under a run for
 writers whose store is the events URI itself. Also here: the worker index's format
@@ -28,10 +29,12 @@ TABLE_NAMES: Final = ("requests", "chunks", "samples", "stalls")
 MANIFEST_NAME: Final = "manifest.json"
 INDEX_FOLDER: Final = "index"
 SERVER_METRICS_FOLDER: Final = "server_metrics"
+SPANS_FOLDER: Final = "spans"
 
 _WORKER = "worker="
 _PART_RE = re.compile(rf"^([^/]+)/{_WORKER}([^/]+)/part-(\d+)\.parquet$")
 _SERVER_METRICS_RE = re.compile(rf"^{SERVER_METRICS_FOLDER}/part-\d+\.jsonl$")
+_SPANS_RE = re.compile(rf"^{SPANS_FOLDER}/part-([a-z]+)-(\d+)\.parquet$")
 
 
 def run_key(run_id: str, key: str) -> str:
@@ -104,6 +107,18 @@ def server_metrics_key(seq: int) -> str:
 
 def is_server_metrics_key(key: str) -> bool:
     return _SERVER_METRICS_RE.match(key) is not None
+
+
+def spans_key(source: str, seq: int) -> str:
+    """Key of one part of the engine's spans (Parquet, analysis.schema.SPANS_SCHEMA),
+    relative to the run; `source`: "otlp" (the master's receiver) or "import"."""
+    if not re.fullmatch(r"[a-z]+", source):
+        raise ValueError(f"a spans source is lowercase letters, not {source!r}")
+    return f"{SPANS_FOLDER}/part-{source}-{seq:06d}.parquet"
+
+
+def is_spans_key(key: str) -> bool:
+    return _SPANS_RE.match(key) is not None
 
 
 @dataclass

@@ -37,6 +37,7 @@ from analysis.layout import (
     INDEX_FOLDER,
     MANIFEST_NAME,
     SERVER_METRICS_FOLDER,
+    SPANS_FOLDER,
     TABLE_NAMES,
     PartKey,
     WorkerIndex,
@@ -56,6 +57,7 @@ from analysis.schema import (
     version_of,
 )
 from analysis.server_metrics import ServerMetrics, read_server_metrics
+from analysis.spans import read_spans
 from analysis.storage import ObjectStore, open_store
 
 
@@ -117,6 +119,7 @@ class RunData:
     stalls: pd.DataFrame | None = None  # workers' event-loop stalls (schema 1.1)
     chunk_paths: list[str] | None = None  # the readable chunk parts, when left on disk
     chunk_filesystem: Any = None  # pyarrow filesystem of `chunk_paths`
+    spans: pd.DataFrame | None = None  # the engine's spans (analysis/spans.py), when it traced
 
 
 class Progress:
@@ -216,7 +219,7 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
 def run_keys(store: ObjectStore) -> list[str]:
     """The keys under a run's own folders (parts, indexes, server metrics): never a walk of
     everything below the URI, which for `/` (an unset `$EVENTS/$RUN_ID`) is the whole disk."""
-    folders = (*TABLE_NAMES, INDEX_FOLDER, SERVER_METRICS_FOLDER)
+    folders = (*TABLE_NAMES, INDEX_FOLDER, SERVER_METRICS_FOLDER, SPANS_FOLDER)
     return [o.key for folder in folders for o in store.list(f"{folder}/")]
 
 
@@ -400,7 +403,8 @@ def load_run(
     server_metrics = read_server_metrics(store, keys)
     if server_metrics is not None:
         warnings.extend(server_metrics.warnings)
+    spans = read_spans(store, keys, warnings)
     return RunData(
         run_uri, run_id, manifest, requests, chunk_frame, comp, warnings, server_metrics, samples,
-        stalls, None if chunks else sorted(f.path for f in footers), chunk_fs,
+        stalls, None if chunks else sorted(f.path for f in footers), chunk_fs, spans,
     )  # fmt: skip

@@ -20,6 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.clocks import aligned_sent_ns
+from analysis.present import PATH_LABELS
 from analysis.steps import CURVE_QUANTILES
 
 if TYPE_CHECKING:
@@ -354,6 +355,36 @@ def by_turn(report: Report) -> Plot | None:
     return Plot("plot-turns", "TTFT p50/p99 and cached-token share by turn index", _svg(fig))
 
 
+_PATH_COLORS = ("#8c8c8c", "#937860", "#c44e52", "#dd8452", "#8172b3", "#4c72b0", "#55a868")
+
+
+def request_path(report: Report) -> Plot | None:
+    """Per step, a stacked bar of the request path's parts (their means over the successful
+    requests with an engine span, which add up to the mean TTFT and E2E of those requests),
+    the client's delay beside it. None when no step has spans."""
+    rows = [r for r in report.table.rows if not np.isnan(_values([r], "span_share")[0])]
+    if not rows or all(float(r["span_share"] or 0) == 0 for r in rows):
+        return None
+    labels = [group_label(r) for r in rows]
+    x = np.arange(len(rows))
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    ax = fig.subplots()
+    bottom = np.zeros(len(rows))
+    for part, color in zip(PATH_LABELS, _PATH_COLORS, strict=True):
+        values = np.nan_to_num(_values(rows, f"{part}_mean_s")) * 1000
+        ax.bar(x, values, bottom=bottom, color=color, label=PATH_LABELS[part], width=0.6)
+        bottom += values
+    delay = np.nan_to_num(_values(rows, "client_delay_p50_ms"))
+    ax.bar(x + 0.38, delay, width=0.12, color="black", label="client delay p50 (before TTFT)")
+    ax.set_xticks(x, labels)
+    ax.set_ylabel("ms (mean per request)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncols=4)
+    fig.suptitle("Where the time goes: each part of the request path, mean per step")
+    title = "The request path per step: network, queue, prefill, delivery, decode (stacked means)"
+    return Plot("plot-request-path", title, _svg(fig))
+
+
 def all_plots(report: Report) -> list[Plot]:
     load = (
         [latency_vs_rate(report), goodput_vs_rate(report)]
@@ -366,5 +397,5 @@ def all_plots(report: Report) -> list[Plot]:
         latency_distributions(report),
         timeline(report),
     ]
-    extras = (by_turn(report), server_metrics(report))
+    extras = (request_path(report), by_turn(report), server_metrics(report))
     return [*plots, *(p for p in extras if p is not None)]

@@ -156,6 +156,48 @@ def turn_table(report: Report) -> tuple[list[str], list[list[str]]]:
     return [h for h, _ in TURN_TABLE], [[cell(r) for _, cell in TURN_TABLE] for r in report.turns]
 
 
+PATH_LABELS: Final = {
+    "network_up": "network up",
+    "server_other": "server other",
+    "server_queue": "queue",
+    "server_prefill": "prefill",
+    "first_token_delivery": "1st-token delivery",
+    "server_decode": "decode",
+    "tail": "tail",
+}
+"""How the report names each part of the request path (analysis/path.py PARTS)."""
+
+
+def _has_path(row: dict[str, Any]) -> bool:
+    share = row.get("span_share")
+    delay = row.get("client_delay_p99_ms")
+    return not (is_missing(share) and is_missing(delay))
+
+
+def path_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """Per step: the client's delay and connects, then each part of the request path (p50 /
+    p99 ms) and the share of successful requests with an engine span; no rows when the run
+    recorded neither (before schema 1.4, no spans)."""
+    headers = ["step", "client delay p50/p99", "new conns", "connect p99", "spans",
+               *(f"{label} p50/p99" for label in PATH_LABELS.values())]  # fmt: skip
+    rows = [r for r in report.table.rows if _has_path(r)]
+    out = []
+    for r in rows:
+        cells = [step_label(r), f"{num(r['client_delay_p50_ms'], 2)} / {num(r['client_delay_p99_ms'], 2)}",
+                 count(r["connections_new"]), num(r["connect_p99_ms"], 2), pct(r["span_share"])]  # fmt: skip
+        cells += [f"{ms(r[f'{p}_p50_s'])} / {ms(r[f'{p}_p99_s'])}" for p in PATH_LABELS]
+        out.append(cells)
+    return headers, out
+
+
+PATH_NOTE: Final = (
+    "Where the time goes, in ms: the client's delay (deciding to send -> writing the request; "
+    "not part of TTFT) over the requests sent in the window, then each part of the path "
+    "after the write over the successful requests with an engine span: network up + server "
+    "other + queue + prefill + first-token delivery = TTFT; + decode + tail = E2E "
+    "(docs/metrics.md, 'The request path'). Per request: requests.csv."
+)
+
 SESSIONS_NOTE: Final = (
     "Sessions count in the step of their first turn; turns, session E2E and waits over the "
     "complete ones; cached tokens over the step's successful requests that reported them. "
@@ -206,6 +248,20 @@ def run_facts(report: Report) -> list[tuple[str, str]]:
     for key in ("model_full_name", "revision", "server_version", "launch_args"):
         if config.get(key):  # engine facts a campaign records (docs/engines.md)
             facts.insert(2, (key.replace("_", " "), str(config[key])))
+    spans = m.get("spans")
+    if isinstance(spans, dict):  # the master's OTLP receiver (--otlp-listen)
+        facts.append((
+            "engine spans",
+            f"{spans.get('received', 0):,} received on {spans.get('listen')}, "
+            f"{spans.get('stored', 0):,} stored in {spans.get('parts', 0)} part(s)"
+            + (f", {spans['rejected_bodies']} body(ies) refused" if spans.get("rejected_bodies") else ""),
+        ))  # fmt: skip
+    engine = ((m.get("cold_start") or {}).get("engine") or {}).get("spans")
+    if isinstance(engine, dict) and engine:  # the engine's own start-up spans
+        facts.append((
+            "engine start-up",
+            ", ".join(f"{name} {float(v.get('seconds', 0)):.1f} s" for name, v in engine.items()),
+        ))  # fmt: skip
     return facts
 
 

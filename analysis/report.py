@@ -43,7 +43,7 @@ from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
 from analysis.steps import StepTable, aggregate_steps
 
-SUMMARY_SCHEMA_VERSION: Final = "1.3"
+SUMMARY_SCHEMA_VERSION: Final = "1.4"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
 
 SUMMARY_KIND: Final = "llmload.summary"

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 
 from analysis.plots import Plot, all_plots
 from analysis.present import (
+    PATH_NOTE,
     SESSIONS_NOTE,
     SIMULATED_BANNER,
     completeness_lines,
     error_table,
+    path_table,
     run_facts,
     search_lines,
     search_table,
@@ -99,6 +101,13 @@ def render_html(report: Report) -> str:
         "every token; throughput over the window. Every column is in summary.csv.</p>",
         _table(headers, rows, "steps"),
     ]
+    headers, rows = path_table(report)
+    if rows:
+        parts += [
+            '<h2 id="request-path">Request path</h2>',
+            f"<p>{escape(PATH_NOTE)}</p>",
+            _table(headers, rows, "path"),
+        ]
     headers, rows = session_table(report)
     if rows:
         turn_headers, turn_rows = turn_table(report)

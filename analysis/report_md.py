@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analysis.present import (
+    PATH_NOTE,
     SESSIONS_NOTE,
     SIMULATED_BANNER,
     completeness_lines,
     error_table,
+    path_table,
     run_facts,
     search_lines,
     search_table,
@@ -49,6 +51,9 @@ def render_markdown(report: Report) -> str:
         md_table(headers, rows),
         "",
     ]
+    headers, rows = path_table(report)
+    if rows:
+        out += ["## Request path", "", PATH_NOTE, "", md_table(headers, rows), ""]
     headers, rows = session_table(report)
     if rows:
         turn_headers, turn_rows = turn_table(report)

@@ -12,7 +12,7 @@ import pyarrow as pa
 from analysis.errors import SchemaVersionError
 from analysis.layout import TABLE_NAMES
 
-SCHEMA_VERSION: Final = "1.3"
+SCHEMA_VERSION: Final = "1.4"
 """major.minor: readers accept any minor of a major they know and refuse other majors."""
 
 SUPPORTED_MAJORS: Final = frozenset({1})
@@ -78,6 +78,12 @@ _SESSIONS_1_3 = [  # multi-turn sessions and agent tool rounds; null for single 
     pa.field("history_tokens", pa.int32()),
 ]
 
+_CLIENT_PHASES_1_4 = [  # the client's side of the request path, before the request's bytes
+    pa.field("connect_new", pa.bool_()),  # it opened a new connection (false: a reused one)
+    pa.field("connect_ns", pa.int64()),  # how long opening it took (null when reused)
+    pa.field("client_delay_ns", pa.int64()),  # decided to send -> bytes handed to the kernel
+]
+
 
 def _with_version(fields: list[pa.Field]) -> pa.Schema:
     return pa.schema(fields, metadata={METADATA_KEY: SCHEMA_VERSION.encode()})
@@ -96,6 +102,9 @@ OPEN_LOOP_COLUMNS_1_2: Final = _names(_OPEN_LOOP_1_2)
 """1.2: the request columns of open-loop (rate) steps."""
 SESSION_COLUMNS_1_3: Final = _names(_SESSIONS_1_3)
 """1.3: the request columns of multi-turn sessions and agent tool rounds."""
+CLIENT_PHASE_COLUMNS_1_4: Final = _names(_CLIENT_PHASES_1_4)
+"""1.4: the request columns of the client's phases before the write (its connection, its
+own delay); `sent_at_ns` is the write itself from 1.4 on (the decision to send before)."""
 
 REQUESTS_SCHEMA: Final = _with_version(
     [
@@ -131,6 +140,7 @@ REQUESTS_SCHEMA: Final = _with_version(
         *_WORKER_DELAY_1_1,
         *_OPEN_LOOP_1_2,
         *_SESSIONS_1_3,
+        *_CLIENT_PHASES_1_4,
     ]
 )
 
@@ -167,6 +177,33 @@ STALLS_SCHEMA: Final = _with_version(
     ]
 )
 """1.1: one row per stall of a worker's event loop (a lag of STALL_NS or more)."""
+
+SPANS_SCHEMA: Final = _with_version(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # "otlp" (the master) or "import"
+        pa.field("trace_id", pa.string(), nullable=False),  # 32 hex digits
+        pa.field("span_id", pa.string(), nullable=False),  # 16 hex digits
+        pa.field("parent_span_id", pa.string()),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("service_name", pa.string()),
+        pa.field("start_ns", pa.int64(), nullable=False),  # unix ns, the server's clock
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("server_request_id", pa.string()),  # gen_ai.request.id
+        pa.field("queue_s", pa.float64()),  # gen_ai.latency.time_in_queue
+        pa.field("ttft_s", pa.float64()),  # gen_ai.latency.time_to_first_token
+        pa.field("prefill_s", pa.float64()),  # gen_ai.latency.time_in_model_prefill
+        pa.field("decode_s", pa.float64()),  # gen_ai.latency.time_in_model_decode
+        pa.field("inference_s", pa.float64()),  # gen_ai.latency.time_in_model_inference
+        pa.field("e2e_s", pa.float64()),  # gen_ai.latency.e2e
+        pa.field("prompt_tokens", pa.int64()),  # gen_ai.usage.prompt_tokens
+        pa.field("completion_tokens", pa.int64()),  # gen_ai.usage.completion_tokens
+        pa.field("attributes", pa.string(), nullable=False),  # every attribute, JSON
+        pa.field("resource", pa.string(), nullable=False),  # the resource's attributes, JSON
+    ]
+)
+"""1.4: the engine's own spans (OTLP), one row per span, as received or imported: a
+request's `llm_request` span joins its request row by trace id (analysis/spans.py)."""
 
 STALL_NS: Final = 5_000_000
 """A worker's event loop late by this much or more has stalled (a `stalls` row); a worker

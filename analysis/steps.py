@@ -35,7 +35,10 @@ from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
 from analysis.metrics import RequestMetrics
 from analysis.openloop import open_loop_columns, open_loop_warnings, slip_and_queue_ms
+from analysis.path import PER_REQUEST_COLUMNS as PATH_COLUMNS
+from analysis.path import RequestPath, path_columns, path_warnings, request_path
 from analysis.schema import (
+    CLIENT_PHASE_COLUMNS_1_4,
     ERROR_KINDS,
     OPEN_LOOP_COLUMNS_1_2,
     SESSION_COLUMNS_1_3,
@@ -108,6 +111,8 @@ PER_REQUEST_COLUMNS: Final = (
     *OPEN_LOOP_COLUMNS_1_2,
     "slip_ms",
     *SESSION_COLUMNS_1_3,
+    *CLIENT_PHASE_COLUMNS_1_4,
+    *PATH_COLUMNS,
 )
 """Columns of requests.parquet / requests.csv, in order: the requests columns analysis reads
 and what it computes of each request."""
@@ -178,6 +183,7 @@ class _Arrays:
     queued_ms: np.ndarray  # per sent request: wait for a cap slot, ms; NaN when not open loop
     health: WorkerHealth
     sessions: SessionTable | None  # the run's sessions (schema 1.3), None without
+    path: RequestPath  # the request path: client phases and the engine's spans joined
 
 
 def _float(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -231,6 +237,13 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         queued_ms=queued_ms,
         health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
         sessions=SessionTable.of(req, metrics.per_request["e2e_s"].to_numpy(np.float64)),
+        path=request_path(
+            req,
+            sent,
+            metrics.per_request["ttft_s"].to_numpy(np.float64),
+            metrics.per_request["e2e_s"].to_numpy(np.float64),
+            run.spans,
+        ),
     )
 
 
@@ -302,6 +315,7 @@ def _group_row(
     row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=dropped is not None))
     row.update(session_columns(a.sessions, members))
     row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
+    row.update(path_columns(a.path, members, a.ok))
     return row
 
 
@@ -535,6 +549,7 @@ def aggregate_steps(
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
         warnings.extend(a.health.warnings(name, window))
+        warnings.extend(path_warnings(name, row))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)
             row["slo_pass"] = not failures
@@ -553,6 +568,8 @@ def aggregate_steps(
         [req.reset_index(drop=True), metrics.per_request.reset_index(drop=True)], axis=1
     )
     per["steady"] = steady
+    for column, values in a.path.frame().items():
+        per[column] = values.to_numpy()
     per["slip_ms"] = a.slip_ms
     per["good"] = pd.array(a.good, dtype="boolean") if a.good is not None else pd.NA
     per["good"] = per["good"].astype("boolean")

@@ -67,6 +67,11 @@ def main() -> None:
     parser.add_argument("--tokens-per-event", default="1")
     parser.add_argument("--gc-freeze", default="on", choices=["on", "off"])
     parser.add_argument(
+        "--reference", default="on", choices=["on", "off"],
+        help="after llmload, run bench/ref_client.py (a minimal asyncio client) against the "
+        "same simulator, same concurrency, duration and output length, and compare",
+    )  # fmt: skip
+    parser.add_argument(
         "--sim-args", nargs=argparse.REMAINDER, default=[], help="extra llmload sim flags"
     )
     args = parser.parse_args()
@@ -93,6 +98,18 @@ def main() -> None:
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - start
         output = proc.stdout.read() if proc.stdout else ""
+        ref_rows: list[dict[str, object]] = []
+        if args.reference == "on":
+            ref_out = work / "reference.jsonl"
+            subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "ref_client.py"), "--url", sim.url,
+                 "--model", "llmload-sim-tiny", "--concurrency", str(args.concurrency),
+                 "--duration", str(args.duration + 2), "--tokens", str(args.tokens),
+                 "--out", str(ref_out)],
+                check=True, timeout=args.duration + 120,
+                preexec_fn=(lambda: os.sched_setaffinity(0, {cores[-1]})) if len(cores) > 1 else None,
+            )  # fmt: skip
+            ref_rows = [json.loads(x) for x in ref_out.read_text().splitlines() if x.strip()]
         truth = sim.truth()
     if os.waitstatus_to_exitcode(status) != 0:
         print(output)
@@ -184,6 +201,76 @@ def main() -> None:
                 f"{np.percentile(part['ttft_error_ms'], 99):+.2f} ms, max "
                 f"{part['ttft_error_ms'].max():+.2f} ms"
             )
+    # the first request on each new connection (the spawn): timed from the write (1.4), and
+    # what the same request would have shown timed from the decision to send (before 1.4)
+    if "connect_new" in ok:
+        fresh = ok[ok["connect_new"].fillna(False).astype(bool)].reset_index(drop=True)
+        fresh_metrics = compute_request_metrics(fresh, chunks).per_request["ttft_s"].to_numpy()
+        server_first = np.array(
+            [next(e for e in truth[r]["events"] if e[1] > 0)[0] / 1e9 for r in fresh["request_id"]]
+        )
+        err_write = (fresh_metrics - server_first) * 1e3
+        # the simulator's own accept queue, when the request waited in it (the kernel had its
+        # bytes before the server read them): server time, not the client's error
+        accept_wait = np.array(
+            [
+                (truth[r]["arrival_unix_ns"] - truth[r]["kernel_arrival_unix_ns"]) / 1e6
+                if truth[r].get("kernel_arrival_unix_ns")
+                else 0.0
+                for r in fresh["request_id"]
+            ]
+        )
+        err_kernel = err_write - accept_wait
+        print(
+            f"first request on each new connection: TTFT error vs the server counted from the "
+            f"kernel's arrival of its bytes (the accept queue is the server's; "
+            f"{int((accept_wait > 0).sum())} waited in it, p99 "
+            f"{np.percentile(accept_wait, 99):.2f} ms): p50 {np.percentile(err_kernel, 50):+.2f} "
+            f"p99 {np.percentile(err_kernel, 99):+.2f} max {err_kernel.max():+.2f} ms"
+        )
+        err_decided = err_write + fresh["client_delay_ns"].to_numpy(np.float64) / 1e6
+        connect = fresh["connect_ns"].to_numpy(np.float64) / 1e6
+        print(
+            f"first request on each new connection ({len(fresh)}): TTFT error vs server, from "
+            f"the write p50 {np.percentile(err_write, 50):+.2f} p99 "
+            f"{np.percentile(err_write, 99):+.2f} max {err_write.max():+.2f} ms; from the "
+            f"decision to send (as before schema 1.4) p50 {np.percentile(err_decided, 50):+.2f} "
+            f"p99 {np.percentile(err_decided, 99):+.2f} max {err_decided.max():+.2f} ms; "
+            f"connect p99 {np.nanpercentile(connect, 99):.2f} ms"
+        )
+    steady_delay = (
+        steady["client_delay_ns"].to_numpy(np.float64) / 1e6
+        if "client_delay_ns" in steady
+        else None
+    )
+    if steady_delay is not None:
+        print(
+            f"steady client delay (decided -> written): p50 {np.nanpercentile(steady_delay, 50):.2f} "
+            f"p99 {np.nanpercentile(steady_delay, 99):.2f} ms"
+        )
+    if ref_rows:
+        ref_lo = min(int(r["sent_at_ns"]) for r in ref_rows) + 2_000_000_000  # type: ignore[call-overload]
+        ref_err = (
+            np.array(
+                [
+                    float(r["ttft_s"])
+                    - next(e for e in truth[str(r["request_id"])]["events"] if e[1] > 0)[0] / 1e9  # type: ignore[arg-type]
+                    for r in ref_rows
+                    if r["ttft_s"] is not None
+                    and int(r["sent_at_ns"]) >= ref_lo  # type: ignore[call-overload]
+                    and str(r["request_id"]) in truth
+                ]
+            )
+            * 1e3
+        )
+        mine = np.asarray(ttft_err) * 1e3
+        print(
+            f"reference asyncio client ({len(ref_err):,} steady requests): TTFT error p50 "
+            f"{np.percentile(ref_err, 50):+.2f} p99 {np.percentile(ref_err, 99):+.2f} max "
+            f"{ref_err.max():+.2f} ms; llmload p50 {np.percentile(mine, 50):+.2f} p99 "
+            f"{np.percentile(mine, 99):+.2f} ms; llmload - reference at p99: "
+            f"{np.percentile(mine, 99) - np.percentile(ref_err, 99):+.2f} ms"
+        )
     coalesced = int(steady["coalesced_events"].sum())
     print(
         f"events sharing a read with the one before: {coalesced:,} of {int(steady['events'].sum()):,}"

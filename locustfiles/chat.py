@@ -132,7 +132,8 @@ def setup(environment: Any) -> Llmload:
     if isinstance(environment.shape_class, StepShape):
         environment.shape_class.master = master
     if master is not None and environment.parsed_options is not None:
-        _preflight_at_start(environment, master)
+        master.start_otlp()  # the engine's spans, before the first run (--otlp-listen)
+        _preflight_at_start(environment, master)  # after: a failed bind leaves no manifest
     if master is not None:
         runner.register_message(MSG_STEP_QUERY, master.on_step_query)
         if isinstance(runner, MasterRunner):

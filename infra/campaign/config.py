@@ -106,6 +106,8 @@ class Campaign:
     cold_requests: int = _default("cold_requests")
     events_uri: str = _default("events_uri")
     slo: str = _default("slo")
+    otlp_listen: str = _default("otlp_listen")
+    otlp_linger: float = _default("otlp_linger")
     fail_on_slo: bool = False
     workers: int | Literal["external"] = 2
     expect_workers: int = 2

@@ -1,6 +1,6 @@
 """A tiny random-weight Llama with a locally trained BPE tokenizer: a real model, no hub.
 
-    python -m infra.engines.tiny_llama OUT_DIR [--no-eos] [--small-vocab] [--force]
+    python -m infra.engines.tiny_llama OUT_DIR [--no-eos] [--small-vocab] [--head-dim-64] [--force]
 
 writes a `save_pretrained` directory (config, safetensors weights, generation config,
 tokenizer with a chat template) that `transformers serve OUT_DIR` loads offline, and that
@@ -24,7 +24,12 @@ instead: fewer than 50 of llmload's prompt words are one token, so exact prompts
 of the tokenizer's own tokens (locustfiles/traffic/pieces.py), and without a tokenizer the prompt
 calibration cannot be exact (each word takes a varying number of tokens).
 
-Needs the engine environment (requirements-engine.txt: torch, transformers, tokenizers).
+`--head-dim-64` builds it with attention heads of 64 dimensions (hidden size 128, 2 heads,
+2 KV heads, intermediate size 256) instead of 16: vLLM's CPU attention kernel refuses head
+sizes below 32 (the vLLM suite, tests/engine/test_vllm.py, serves this variant).
+
+Needs torch, transformers and tokenizers: the engine environment (requirements-engine.txt)
+or vLLM's (requirements-vllm.txt).
 """
 
 from __future__ import annotations
@@ -65,6 +70,13 @@ RECIPE: dict[str, Any] = {
 }
 # What --small-vocab changes in the recipe.
 SMALL_VOCAB: dict[str, Any] = {"vocab_size": 400, "corpus": "made-up words"}
+# What --head-dim-64 changes: head size 128 / 2 = 64, the smallest vLLM's CPU kernel takes.
+HEAD_DIM_64: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+}
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -145,8 +157,15 @@ def tokenizer_checks(tok: Any) -> dict[str, int]:
     }
 
 
-def recipe_for(no_eos: bool = False, small_vocab: bool = False) -> dict[str, Any]:
-    return {**RECIPE, "no_eos": no_eos, **(SMALL_VOCAB if small_vocab else {})}
+def recipe_for(
+    no_eos: bool = False, small_vocab: bool = False, head_dim_64: bool = False
+) -> dict[str, Any]:
+    return {
+        **RECIPE,
+        "no_eos": no_eos,
+        **(SMALL_VOCAB if small_vocab else {}),
+        **(HEAD_DIM_64 if head_dim_64 else {}),
+    }
 
 
 def _matches(out_dir: Path, recipe: dict[str, Any]) -> bool:
@@ -162,10 +181,11 @@ def build(
     force: bool = False,
     no_eos: bool = False,
     small_vocab: bool = False,
+    head_dim_64: bool = False,
 ) -> Path:
     """Build the model directory at `out_dir`, or reuse it if it holds the same recipe."""
     out = Path(out_dir).resolve()
-    recipe = recipe_for(no_eos, small_vocab)
+    recipe = recipe_for(no_eos, small_vocab, head_dim_64)
     if not force and _matches(out, recipe):
         return out
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -251,9 +271,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a 400-token byte-level BPE trained on made-up words (few whole English words)",
     )
+    parser.add_argument(
+        "--head-dim-64",
+        action="store_true",
+        help="heads of 64 dimensions (hidden 128, 2 heads): what vLLM's CPU kernel takes",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if it exists")
     args = parser.parse_args(argv)
-    out = build(args.out_dir, force=args.force, no_eos=args.no_eos, small_vocab=args.small_vocab)
+    out = build(
+        args.out_dir,
+        force=args.force,
+        no_eos=args.no_eos,
+        small_vocab=args.small_vocab,
+        head_dim_64=args.head_dim_64,
+    )
     marker = json.loads((out / MARKER).read_text())
     print(f"{out} ({marker['parameters']} parameters, tokenizer {marker['tokenizer']})")
     return 0

@@ -28,22 +28,15 @@ SIGTERM to the server's own process group, then SIGKILL after a grace period. Ou
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
-from types import TracebackType
 
+from infra.engines.process import EngineProcess
 from infra.engines.tiny_llama import OFFLINE_ENV
-from infra.ports import free_port
 
 CB_NUM_BLOCKS = 256
 _ACCESS = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
@@ -63,8 +56,12 @@ def transformers_executable() -> str:
     return found
 
 
-class TransformersServe:
+class TransformersServe(EngineProcess):
     """A `transformers serve` process pinned to one local model; a context manager."""
+
+    NAME = "transformers serve"
+    LOG_NAME = "transformers-serve.log"
+    POLL_S = 0.2
 
     def __init__(
         self,
@@ -77,21 +74,9 @@ class TransformersServe:
         startup_timeout: float = 120.0,
         stop_timeout: float = 10.0,
     ) -> None:
-        self.model_dir = Path(model_dir).resolve()
-        self.model_id = str(self.model_dir)
-        self.workdir = Path(workdir).resolve()
-        self.requested_port = port
-        self.port = 0
+        super().__init__(model_dir, workdir, port=port, extra_args=extra_args,
+                         startup_timeout=startup_timeout, stop_timeout=stop_timeout)  # fmt: skip
         self.cb_num_blocks = cb_num_blocks
-        self.extra_args = extra_args
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.log_path = self.workdir / "transformers-serve.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def command(self, port: int) -> list[str]:
         return [
@@ -106,87 +91,7 @@ class TransformersServe:
         (hf_home / "hub").mkdir(parents=True, exist_ok=True)
         return {**os.environ, **OFFLINE_ENV, "HF_HOME": str(hf_home), "PYTHONUNBUFFERED": "1"}
 
-    # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> TransformersServe:
-        if not (self.model_dir / "config.json").is_file():
-            raise RuntimeError(f"{self.model_dir} holds no model (config.json missing)")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        attempts = 1 if self.requested_port else 3  # a free port can be taken before we bind
-        for attempt in range(attempts):
-            self.port = self.requested_port or free_port()
-            with self.log_path.open("ab") as log:
-                log.write(f"--- start {' '.join(self.command(self.port))}\n".encode())
-                log.flush()
-                self.proc = subprocess.Popen(
-                    self.command(self.port),
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self.environment(),
-                    start_new_session=True,  # its own process group: stop() signals only it
-                )
-            if self._wait_ready():
-                return self
-            self.stop()
-            if attempt + 1 < attempts and "address already in use" in self.log_tail().lower():
-                continue
-            break
-        raise RuntimeError(f"transformers serve did not become ready:\n{self.log_tail()}")
-
-    def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.proc is None or self.proc.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        return False
-
-    def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after `stop_timeout`; returns the exit status."""
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            self._signal(proc, signal.SIGTERM)
-            try:
-                proc.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self._signal(proc, signal.SIGKILL)
-                proc.wait(10)
-        return proc.returncode
-
-    @staticmethod
-    def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)  # the group start() created for this server
-
-    def __enter__(self) -> TransformersServe:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    # -- the server's log --------------------------------------------------------------
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, chars: int = 4000) -> str:
-        return self.log_text()[-chars:]
-
+    # -- the server's log ------------------------------------------------------------
     def log_mark(self) -> int:
         """A position in the log; `access_counts(since=mark)` counts only what came after."""
         try:
@@ -216,15 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="", help="log and HF_HOME (default: MODEL_DIR.serve)")
     args = parser.parse_args(argv)
     workdir = args.workdir or str(Path(args.model_dir).resolve()) + ".serve"
-    server = TransformersServe(args.model_dir, workdir, port=args.port)
-    with server:
-        print(f"transformers serve ready at {server.url}  model id: {server.model_id}", flush=True)
-        print(f"log: {server.log_path}  (Ctrl-C stops it)", flush=True)
-        try:
-            while server.proc is not None and server.proc.poll() is None:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
+    TransformersServe(args.model_dir, workdir, port=args.port).serve_until_interrupted(
+        "transformers serve"
+    )
     return 0
 
 

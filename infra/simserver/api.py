@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 
 from infra.simserver.config import SimConfig
@@ -15,6 +16,7 @@ from infra.simserver.metrics import SimStats, render
 from infra.simserver.schema import GenerationParams, Kind, RequestRejected, parse_generation
 from infra.simserver.sse import ToolCall
 from infra.simserver.tokens import TokenText
+from infra.simserver.tracing import RequestRecord, SpanExporter
 from infra.simserver.truth import TruthLog
 from infra.version import llmload_version
 
@@ -30,12 +32,18 @@ class SimApp:
     """Answers requests; holds the state shared by every connection of one server."""
 
     def __init__(
-        self, config: SimConfig, engine: Engine, stats: SimStats, truth: TruthLog | None
+        self,
+        config: SimConfig,
+        engine: Engine,
+        stats: SimStats,
+        truth: TruthLog | None,
+        tracer: SpanExporter | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.stats = stats
         self.truth = truth
+        self.tracer = tracer  # None: no spans (no --otlp-traces-endpoint)
         self.served_model = config.served_model
         self.text = TokenText(config.seed)
         self.rng = random.Random(config.seed)
@@ -120,6 +128,24 @@ class SimApp:
                     "arrival_unix_ns": request.received_unix_ns,
                     "events": [],
                 }
+            )
+        if self.tracer is not None:
+            prefix = "chatcmpl-" if _GENERATION_ROUTES[request.path] == "chat" else "cmpl-"
+            self.tracer.add(
+                RequestRecord(
+                    traceparent=request.headers.get("traceparent"),
+                    request_id=prefix + request_id,
+                    model=self.served_model,
+                    arrival_unix_ns=request.received_unix_ns,
+                    arrival_ns=request.received_ns,
+                    scheduled_ns=0,
+                    first_token_ns=0,
+                    end_ns=time.perf_counter_ns(),
+                    prompt_tokens=None,
+                    completion_tokens=0,
+                    max_tokens=None,
+                    error=error.reason,
+                )
             )
         self._error(conn, error, request_id)
 

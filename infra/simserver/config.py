@@ -11,6 +11,7 @@ from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
 from infra.simserver.prefix_cache import PrefixCacheConfig
 from infra.simserver.profiles import PROFILES, EngineProfile
+from infra.simserver.tracing import DEFAULT_SERVICE_NAME, Endpoint
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class SimConfig:
     drain_seconds: float = 5.0  # on SIGTERM/SIGINT: let running requests finish this long
     prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
     tool_call_rate: float = 0.5  # share of chat requests with `tools` answered by a tool call
+    otlp_traces_endpoint: str | None = None  # OTLP/HTTP URL; None: no spans
+    otlp_service_name: str = DEFAULT_SERVICE_NAME
 
     @property
     def served_model(self) -> str:
@@ -62,6 +65,10 @@ class SimConfig:
             )
         if not (math.isfinite(self.drain_seconds) and self.drain_seconds >= 0):
             raise UsageError(f"--drain-seconds must be >= 0 seconds, not {self.drain_seconds}")
+        if self.otlp_traces_endpoint is not None:
+            Endpoint.parse(self.otlp_traces_endpoint)
+        if not self.otlp_service_name.strip():
+            raise UsageError("--otlp-service-name must not be empty")
         if self.model_name is not None and not self.model_name.strip():
             raise UsageError("--model-name must not be empty; leave it out for the default")
         for flag, path in (("--truth-log", self.truth_log), ("--port-file", self.port_file)):

@@ -15,6 +15,9 @@ One scheduler loop per process. Each *step*:
 A sequence that finishes, or is cancelled after admission, inserts its prompt + generated
 tokens into the prefix cache.
 
+Admission stamps `seq.scheduled_ns` (time.perf_counter_ns, one reading per step): the end of
+the sequence's time in the queue, for its span and the truth log (tracing.py).
+
 The clock is honest: the loop sleeps until each step's end (with sub-millisecond precision,
 see clock.py) and keeps a virtual schedule, so small wake-up delays do not accumulate. When
 the CPU cannot keep up and the loop falls behind by more than half a step or `LAG_RESET`,
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import time
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
@@ -72,6 +76,7 @@ class Sequence:
         "output_tokens",
         "cached_tokens",
         "block_keys",
+        "scheduled_ns",
     )
 
     def __init__(
@@ -104,6 +109,8 @@ class Sequence:
         self.output_tokens = output_tokens
         self.cached_tokens: int | None = None  # None until admitted
         self.block_keys: list[int] | None = None
+        # time.perf_counter_ns() when first admitted to the running batch (0: never).
+        self.scheduled_ns = 0
 
 
 class Engine:
@@ -214,6 +221,7 @@ class Engine:
         cache = self.cache
         budget = profile.max_num_batched_tokens - len(self._running)
         prefill = 0
+        admitted_ns = 0  # one clock reading for every sequence admitted by this step
         waiting = self._waiting
         while waiting and len(self._running) < profile.max_num_seqs:
             seq = waiting[next(iter(waiting))]
@@ -232,6 +240,9 @@ class Engine:
             if cache is not None and seq.block_keys is not None:
                 cache.admit(seq.block_keys, seq.prompt_tokens, cached)
             seq.cached_tokens = cached
+            if not admitted_ns:
+                admitted_ns = time.perf_counter_ns()
+            seq.scheduled_ns = admitted_ns
             self._running[seq.key] = seq
             self._kv_reserved += seq.reserved
             self._kv_used += seq.prompt_tokens

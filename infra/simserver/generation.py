@@ -14,11 +14,13 @@ from infra.simserver.faults import FaultPlan
 from infra.simserver.http import CHUNKED_END, HttpConnection, Request, frame_chunk
 from infra.simserver.schema import GenerationParams
 from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder, ToolCall
+from infra.simserver.tracing import RequestRecord
 
 if TYPE_CHECKING:
     from infra.simserver.config import SimConfig
     from infra.simserver.metrics import SimStats
     from infra.simserver.tokens import TokenText
+    from infra.simserver.tracing import SpanExporter
     from infra.simserver.truth import TruthLog
 
 
@@ -29,6 +31,7 @@ class Server(Protocol):
     engine: Engine
     stats: SimStats
     truth: TruthLog | None
+    tracer: SpanExporter | None
     served_model: str
     text: TokenText
     rng: random.Random
@@ -89,6 +92,11 @@ class Generation:
         self.events: list[list[int]] | None = [] if app.truth is not None else None
         self.headers_offset_ns: int | None = None
         self.status = 200
+        # time.perf_counter_ns() of the first token and of the end (last token, or when the
+        # request failed or was cancelled); 0 until then. The truth log's event written
+        # at that moment carries the same reading.
+        self.first_token_ns = 0
+        self.end_ns = 0
         self._timer: asyncio.TimerHandle | None = None
         self._usage_cached = False  # the encoder knows cached_tokens
 
@@ -155,6 +163,11 @@ class Generation:
         self.pending += 1
         generated = seq.generated
         plan = self.plan
+        now_ns = 0  # a reading to share with the event written now (0: take one then)
+        if generated == 1:
+            now_ns = self.first_token_ns = time.perf_counter_ns()
+        if done:
+            now_ns = self.end_ns = now_ns or time.perf_counter_ns()
         if not self.params.stream:
             if done:
                 self._finish_whole(seq)
@@ -191,11 +204,11 @@ class Generation:
                 tokens.append(0)
             events.append(DONE)
             tokens.append(0)
-            self._write(b"", events, tokens, end=True)
+            self._write(b"", events, tokens, end=True, now_ns=now_ns)
             self.conn.finish()
             self._log("finished")
             return
-        self._write(b"", events, tokens)
+        self._write(b"", events, tokens, now_ns=now_ns)
         if generated == plan.drop_at:
             self._drop()
 
@@ -207,13 +220,14 @@ class Generation:
         *,
         headers: bool = False,
         end: bool = False,
+        now_ns: int = 0,
     ) -> None:
         data = head
         if events:
             data += frame_chunk(b"".join(events))
         if end:
             data += CHUNKED_END
-        offset = time.perf_counter_ns() - self.request.received_ns
+        offset = (now_ns or time.perf_counter_ns()) - self.request.received_ns
         self.conn.write(data)
         self.app.stats.events += len(events)
         if headers:
@@ -266,7 +280,7 @@ class Generation:
         raw = json.dumps(body).encode()
         if self.plan.malformed_at:
             raw = raw[: len(raw) // 2]
-        offset = time.perf_counter_ns() - self.request.received_ns
+        offset = (self.end_ns or time.perf_counter_ns()) - self.request.received_ns
         self.headers_offset_ns = offset
         if self.events is not None:
             self.events.append([offset, seq.generated])
@@ -276,9 +290,14 @@ class Generation:
     # --- truth log --------------------------------------------------------------------------
     def _log(self, outcome: str) -> None:
         """The request has ended (every end calls this once): its truth line, if kept."""
+        if not self.end_ns:
+            self.end_ns = time.perf_counter_ns()
         truth = self.app.truth
         if truth is not None:
             self._write_truth(truth, outcome)
+        tracer = self.app.tracer
+        if tracer is not None:
+            self._trace(tracer, outcome)
         # Break the Generation <-> Sequence cycle so that reference counting frees the
         # request at once: left to the cyclic garbage collector, ~40k objects piled up
         # between full collections, which then held the server's loop 15-50 ms.
@@ -286,9 +305,29 @@ class Generation:
         seq.sink = _ENDED
         seq.output_tokens = None
 
+    def _trace(self, tracer: SpanExporter, outcome: str) -> None:
+        seq, request = self.seq, self.request
+        tracer.add(
+            RequestRecord(
+                traceparent=request.headers.get("traceparent"),
+                request_id=self.response_id,
+                model=self.app.served_model,
+                arrival_unix_ns=request.received_unix_ns,
+                arrival_ns=request.received_ns,
+                scheduled_ns=seq.scheduled_ns,
+                first_token_ns=self.first_token_ns,
+                end_ns=self.end_ns,
+                prompt_tokens=self.params.prompt_tokens,
+                completion_tokens=seq.generated,
+                max_tokens=self.params.max_tokens,
+                error=None if outcome == "finished" else outcome,
+            )
+        )
+
     def _write_truth(self, truth: TruthLog, outcome: str) -> None:
         seq = self.seq
         finished = seq.state is SeqState.FINISHED
+        scheduled = seq.scheduled_ns
         truth.write(
             {
                 "request_id": self.request_id,
@@ -296,6 +335,7 @@ class Generation:
                 "status": self.status,
                 "outcome": outcome,
                 "arrival_unix_ns": self.request.received_unix_ns,
+                "kernel_arrival_unix_ns": self.request.kernel_arrival_unix_ns or None,
                 "stream": self.params.stream,
                 "prompt_tokens": self.params.prompt_tokens,
                 "completion_tokens": seq.generated,
@@ -304,6 +344,7 @@ class Generation:
                 "finish_reason": self._finish_reason(seq) if finished else None,
                 "faults": self.plan.names,
                 "headers_offset_ns": self.headers_offset_ns,
+                "scheduled_offset_ns": scheduled - self.request.received_ns if scheduled else None,
                 "events": self.events or [],
             }
         )

@@ -8,6 +8,10 @@ Every response carries `X-Llmload-Simulated: true`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +49,9 @@ class Request:
     keep_alive: bool
     received_ns: int = 0  # time.perf_counter_ns() when the request was complete
     received_unix_ns: int = 0  # time.time_ns() at the same moment
+    # the kernel's receive time of the request's first bytes, when they were already waiting
+    # as the connection was accepted (its first request; `kernel_arrival_ns`); 0 unknown
+    kernel_arrival_unix_ns: int = 0
     query: str = ""
 
 
@@ -112,6 +119,39 @@ def _parse_chunked(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
 
 Handler = Callable[[Request, "HttpConnection"], None]
 
+SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None
+"""Linux: the kernel stamps each received packet (set on the listening socket, inherited by
+every accepted one); not exported by Python's socket module."""
+
+
+def stamp_arrivals(sock: socket.socket) -> None:
+    """Ask the kernel to timestamp what `sock` (a listening socket) receives; best effort."""
+    if SO_TIMESTAMPNS is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+
+def kernel_arrival_ns(transport: asyncio.BaseTransport) -> int:
+    """The kernel's receive time (unix ns) of the first byte already waiting on a just
+    accepted connection, peeked without consuming it; 0 when nothing waits yet (the accept
+    was prompt), or it cannot be known (no stamps, not Linux). How long a request waited in
+    the accept queue is the server's time, not the client's: the truth log keeps it."""
+    raw = transport.get_extra_info("socket")
+    if SO_TIMESTAMPNS is None or raw is None:
+        return 0
+    try:
+        with socket.socket(fileno=socket.dup(raw.fileno())) as dup:
+            _, ancillary, _, _ = dup.recvmsg(
+                1, socket.CMSG_SPACE(16), socket.MSG_PEEK | socket.MSG_DONTWAIT
+            )
+    except OSError:  # BlockingIOError: nothing waiting
+        return 0
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanos = struct.unpack("qq", data[:16])
+            return seconds * 1_000_000_000 + nanos
+    return 0
+
 
 class HttpConnection(asyncio.Protocol):
     """One client connection. The handler answers through `respond` or the stream methods."""
@@ -126,6 +166,7 @@ class HttpConnection(asyncio.Protocol):
         self._sent_continue = False
         self._paused = False
         self.transport: asyncio.Transport | None = None
+        self._kernel_arrival_unix_ns = 0  # the first request's, when known (connection_made)
         self.on_lost: Callable[[], None] | None = None  # set by the handler per request
 
     # --- asyncio.Protocol ---------------------------------------------------------------
@@ -133,6 +174,7 @@ class HttpConnection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self._registry.add(self)
+        self._kernel_arrival_unix_ns = kernel_arrival_ns(transport)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -296,7 +338,12 @@ class HttpConnection(asyncio.Protocol):
             received_ns=time.perf_counter_ns(),
             received_unix_ns=time.time_ns(),
             query=query,
+            kernel_arrival_unix_ns=self._take_kernel_arrival(),
         )
+
+    def _take_kernel_arrival(self) -> int:
+        arrival, self._kernel_arrival_unix_ns = self._kernel_arrival_unix_ns, 0
+        return arrival
 
     def _maybe_continue(self, headers: dict[str, str]) -> None:
         if (

@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from infra.simserver.prefix_cache import PrefixCache
+from infra.simserver.tracing import SpanStats
 
 
 @dataclass
@@ -32,6 +33,7 @@ class SimStats:
     steps: int = 0  # engine steps
     tool_calls: int = 0  # answers that are tool calls
     lag_seconds: float = 0.0  # time the engine ran behind its virtual schedule
+    spans: SpanStats | None = None  # None: no --otlp-traces-endpoint (metrics absent)
 
 
 class EngineGauges(Protocol):
@@ -94,6 +96,7 @@ class SimCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._engine_families()
         yield from self._prefix_cache_families()
+        yield from self._span_families()
         yield from self._vllm_aliases()
 
     @property
@@ -205,6 +208,23 @@ class SimCollector:
             f"{p}prefix_cache_evicted_blocks_total",
             "Blocks evicted from the prefix cache (least recently used).",
             cache.evicted_blocks,
+        )
+
+    def _span_families(self) -> Iterator[Metric]:
+        """None without --otlp-traces-endpoint: absent, not zero."""
+        spans, p = self.stats.spans, PREFIX
+        if spans is None:
+            return
+        yield _counter(
+            f"{p}spans_exported_total", "Spans the OTLP endpoint accepted.", spans.exported
+        )
+        yield _counter(
+            f"{p}spans_dropped_total",
+            "Spans dropped because the export queue was full.",
+            spans.dropped,
+        )
+        yield _counter(
+            f"{p}spans_failed_total", "Spans whose export failed (not resent).", spans.failed
         )
 
     def _vllm_aliases(self) -> Iterator[Metric]:

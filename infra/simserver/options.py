@@ -97,6 +97,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of chat requests with `tools` answered by a tool call (default 0.5)",
     )
 
+    opt = _adder(parser.add_argument_group("tracing (OpenTelemetry, as vLLM)"))
+    opt(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="POST an llm_request span per request, OTLP/HTTP protobuf, to URL "
+        "(e.g. http://127.0.0.1:4318/v1/traces; default: no spans)",
+    )
+    opt(
+        "--otlp-service-name",
+        "llmload-sim",
+        metavar="NAME",
+        help="service.name of the spans' resource (default llmload-sim)",
+    )
+
     opt = _adder(parser.add_argument_group("fault injection (rates per request, 0..1)"))
     opt("--fault-500-rate", 0.0, type=float, help="HTTP 500 before streaming")
     opt("--fault-drop-rate", 0.0, type=float, help="connection closed mid-stream")
@@ -150,6 +164,8 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             capacity_tokens=args.prefix_cache_tokens,
         ),
         tool_call_rate=args.tool_call_rate,
+        otlp_traces_endpoint=args.otlp_traces_endpoint or None,
+        otlp_service_name=args.otlp_service_name,
         faults=FaultConfig(
             error_rate=args.fault_500_rate,
             drop_rate=args.fault_drop_rate,

@@ -7,15 +7,17 @@ import gc
 import os
 import signal
 import sys
+import time
 from typing import TextIO
 
 from analysis.errors import UsageError
 from infra.simserver.api import SimApp
 from infra.simserver.config import SimConfig
 from infra.simserver.engine import Engine
-from infra.simserver.http import HttpConnection
+from infra.simserver.http import HttpConnection, stamp_arrivals
 from infra.simserver.metrics import SimStats
 from infra.simserver.prefix_cache import PrefixCache
+from infra.simserver.tracing import Endpoint, SpanExporter, SpanStats, start_up_record
 from infra.simserver.truth import TruthLog
 
 
@@ -23,6 +25,7 @@ class SimServer:
     """One simulated engine behind one listening socket. Start and stop it on one loop."""
 
     def __init__(self, config: SimConfig) -> None:
+        self._created_unix_ns = time.time_ns()  # the start-up span begins here
         config.check()
         self.config = config
         self.stats = SimStats()
@@ -31,6 +34,7 @@ class SimServer:
             cache = PrefixCache(config.prefix_cache.block_size, config.prefix_cache_tokens)
         self.engine = Engine(config.profile, self.stats, config.time_scale, cache)
         self.truth: TruthLog | None = None
+        self.tracer: SpanExporter | None = None
         self.app: SimApp | None = None
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -51,7 +55,14 @@ class SimServer:
                     f"cannot open --truth-log {config.truth_log} ({exc.strerror}); "
                     "give a file in a writable folder"
                 ) from exc
-        app = SimApp(config, self.engine, self.stats, self.truth)
+        if config.otlp_traces_endpoint is not None:
+            self.stats.spans = SpanStats()
+            self.tracer = SpanExporter(
+                Endpoint.parse(config.otlp_traces_endpoint),
+                config.otlp_service_name,
+                self.stats.spans,
+            )
+        app = SimApp(config, self.engine, self.stats, self.truth, self.tracer)
         self.app = app
         loop = asyncio.get_running_loop()
         connections = self._connections
@@ -71,12 +82,20 @@ class SimServer:
                 f"cannot listen on {config.host}:{config.port} ({reason}); choose another "
                 "--port (0: any free one) or a --host address of this machine"
             ) from exc
+        for sock in self._server.sockets:
+            stamp_arrivals(sock)  # the truth log's kernel arrival of a first request
         self.port = self._server.sockets[0].getsockname()[1]
         self._engine_task = asyncio.create_task(self.engine.run(), name="llmload-sim-engine")
+        if self.tracer is not None:
+            self.tracer.start()
+            self.tracer.add(
+                start_up_record(self._created_unix_ns, config.profile.name, config.served_model)
+            )
 
     async def shutdown(self, drain_seconds: float | None = None) -> None:
         """Stop accepting, let running requests finish for up to `drain_seconds`, then
-        cancel what is left, close every connection and flush the truth log."""
+        cancel what is left, close every connection, flush the truth log and export the
+        spans still queued."""
         drain = self.config.drain_seconds if drain_seconds is None else drain_seconds
         if self._server is not None:
             self._server.close()
@@ -101,6 +120,8 @@ class SimServer:
             await self._server.wait_closed()
         if self.truth is not None:
             self.truth.close()
+        if self.tracer is not None:
+            await self.tracer.close()
 
 
 def _write_port_file(path: os.PathLike[str], port: int) -> None:

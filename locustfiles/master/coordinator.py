@@ -21,6 +21,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -29,6 +30,7 @@ import gevent.event
 from analysis.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.live.board import Board
 from locustfiles.master.clocks import WorkerClocks
+from locustfiles.master.otlp import OtlpReceiver
 from locustfiles.master.search import plan_for
 from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
 from locustfiles.master.staircase import Staircase
@@ -44,6 +46,7 @@ from locustfiles.run.options import ChatOptions
 from locustfiles.run.probe import PROBE_TIMEOUT_S
 from locustfiles.run.protocol import MSG_FINISH, MSG_STEP
 from locustfiles.sink.checks import store_reason
+from locustfiles.sink.eventsink import default_spool_dir
 
 log = logging.getLogger("llmload.master")
 
@@ -67,9 +70,11 @@ class RunCoordinator:
         local_in_flight: Callable[[], int] | None = None,
         *,
         manifest_stored: bool = False,
+        otlp: OtlpReceiver | None = None,
     ) -> None:
         """`manifest_stored`: the preflight created this run's manifest (the first write
-        replaces it); otherwise the first write creates it and never replaces another run's."""
+        replaces it); otherwise the first write creates it and never replaces another run's.
+        `otlp`: the master's receiver of the engine's spans (--otlp-listen), if any."""
         self.environment = environment
         self.board = board if board is not None else Board()  # what the live views read
         self.local_in_flight = local_in_flight  # one process: its dispatcher's requests
@@ -117,6 +122,8 @@ class RunCoordinator:
         self._started = False
         self.finished_at: int | None = None
         self.server_metrics: ServerMetricsScraper | None = None
+        self.otlp = otlp
+        self.engine_cold: dict[str, Any] | None = None  # the engine's start-up spans
         self.worker_clocks = WorkerClocks(runner.send_message)
         self.probes: dict[str, ProbeRecord] = {}  # request id -> probe (master's and workers')
 
@@ -133,6 +140,11 @@ class RunCoordinator:
             self.manifest.target = target
             self._write()
             self._start_server_metrics()
+            if self.otlp is not None:
+                spool = self.options.spool_dir
+                self.otlp.begin_run(self.store, self.run_id,
+                                    Path(spool) if spool else default_spool_dir())  # fmt: skip
+                self.manifest.spans = {"listen": self.otlp.listen}
             if self.distributed:
                 self.worker_clocks.start(lambda: self.workers)
         return self.staircase.tick()
@@ -328,6 +340,10 @@ class RunCoordinator:
                     len(missing),
                     ", ".join(self._describe(c) for c in missing),
                 )
+        if self.otlp is not None and self.otlp.run is not None:
+            spans = self.otlp.end_run()  # lingers for the engine's late batches
+            self.engine_cold = spans.pop("engine", None)
+            self.manifest.spans = spans
         status = "finished" if self.staircase.completed else "aborted"
         # not when the run already failed for a cause it named (a worker that cannot start)
         stopped_for = getattr(self.environment, "process_exit_code", None)
@@ -389,6 +405,8 @@ class RunCoordinator:
         m = self.manifest
         m.steps = [StepRecord(**self._named(s)) for s in self.staircase.timeline]
         m.cold_start = dict(self.staircase.cold)
+        if self.engine_cold is not None:
+            m.cold_start["engine"] = self.engine_cold
         m.workers = [
             self._worker_info(client_id, d)
             for client_id, d in self.workers.items()

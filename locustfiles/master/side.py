@@ -22,6 +22,7 @@ import gevent
 from analysis.errors import UsageError
 from locustfiles.live.board import Board
 from locustfiles.master.coordinator import RunCoordinator
+from locustfiles.master.otlp import OtlpReceiver, split_listen
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.options import from_parsed
 
@@ -50,6 +51,29 @@ class MasterSide:
         self.run_ids: set[str] = set()  # the runs of this process
         self.next_run_id: str | None = None  # the id a preflight wrote the first manifest under
         self.pending_probes: list[ProbeRecord] = []  # the preflight's, for that run's manifest
+        self.otlp: OtlpReceiver | None = None  # the engine's spans, across runs (--otlp-listen)
+
+    def start_otlp(self) -> None:
+        """Receive the engine's spans (--otlp-listen) from now on, across runs; one error
+        line and exit 2 when the address is not valid or cannot be bound."""
+        parsed = self.environment.parsed_options
+        listen = str(getattr(parsed, "otlp_listen", "") or "")
+        if not listen or self.otlp is not None:
+            return
+        try:
+            options = from_parsed(parsed)
+            host, port = split_listen(options.otlp_listen)
+            receiver = OtlpReceiver(host, port, linger=options.otlp_linger)
+            receiver.start()
+        except UsageError as exc:
+            print(f"llmload: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(2)
+        except OSError as exc:
+            print(f"llmload: error: --otlp-listen {listen}: cannot listen there ({exc}); give "
+                  "a free port on this host, e.g. --otlp-listen 0.0.0.0:4318", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            sys.exit(2)
+        self.otlp = receiver
 
     def choose_run_id(self, requested: str, taken: Callable[[str], bool] = lambda _: False) -> str:
         """The id of the next run in this process: `requested` (--run-id) or a new one.
@@ -96,7 +120,8 @@ class MasterSide:
         environment.parsed_options.run_id = run_id  # travels to workers with the spawn message
         coordinator = RunCoordinator(environment, options, run_id, self.board,
                                      self.local_in_flight,
-                                     manifest_stored=prepared is not None)  # fmt: skip
+                                     manifest_stored=prepared is not None,
+                                     otlp=self.otlp)  # fmt: skip
         coordinator.add_probes(self.pending_probes)
         self.pending_probes = []
         self.coordinator = coordinator

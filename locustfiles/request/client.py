@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
+import urllib3.connection
 from gevent import GreenletExit
 
 from locustfiles.request.errors import (
@@ -63,9 +64,69 @@ class Limits:
         return min((t for t in limits if t), default=None)
 
 
+class _Stamped:
+    """A connection that timestamps the client's phases (schema 1.4): when it was opened and
+    how long that took, and when a request's first bytes were handed to the kernel."""
+
+    connected_at: int = 0  # perf_counter_ns when it was last opened
+    connect_ns: int | None = None  # how long opening it took (TCP, and TLS for https)
+    write_at: int = 0  # perf_counter_ns just before the current request's first send
+
+    def connect(self) -> None:
+        start = _perf_ns()
+        super().connect()  # type: ignore[misc]
+        self.connected_at, self.connect_ns = start, _perf_ns() - start
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        self.write_at = 0  # a new request on this connection
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def send(self, data: Any) -> None:
+        if self.write_at == 0:
+            if getattr(self, "sock", None) is None:  # http.client opens it here (auto_open)
+                self.connect()
+            self.write_at = _perf_ns()
+        super().send(data)  # type: ignore[misc]
+
+
+class _StampedHTTP(_Stamped, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _StampedHTTPS(_Stamped, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _StampedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _StampedHTTP
+
+
+class _StampedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _StampedHTTPS
+
+
 def new_pool() -> urllib3.PoolManager:
-    """One user's keep-alive pool: one connection per host, no retries, no redirects."""
-    return urllib3.PoolManager(num_pools=4, maxsize=1, block=False, retries=False)
+    """One user's keep-alive pool: one connection per host, no retries, no redirects; its
+    connections timestamp the client's phases (`note_phases`)."""
+    pool = urllib3.PoolManager(num_pools=4, maxsize=1, block=False, retries=False)
+    pool.pool_classes_by_scheme = {"http": _StampedHTTPPool, "https": _StampedHTTPSPool}
+    return pool
+
+
+def note_phases(record: RequestRecord, resp: Any, t0: int) -> int:
+    """Rebase the record on the write: `sent_at_ns` becomes the moment the request's bytes
+    were handed to the kernel, the time since deciding (`t0`) its `client_delay_ns`, with the
+    connection it went on (new or reused, connect time). Returns the new time origin (`t0`
+    when the connection is not a stamped one)."""
+    conn = getattr(resp, "_connection", None)
+    write_at = getattr(conn, "write_at", 0)
+    if not isinstance(conn, _Stamped) or write_at < t0:
+        return t0
+    record.connect_new = conn.connected_at >= t0
+    record.connect_ns = conn.connect_ns if record.connect_new else None
+    record.client_delay_ns = write_at - t0
+    record.sent_at_ns += write_at - t0
+    return write_at
 
 
 class Tap:
@@ -130,6 +191,7 @@ def execute(
             "POST", url, body=payload, headers=hdrs, timeout=timeout, retries=False,
             redirect=False, preload_content=False, decode_content=False,
         )  # fmt: skip
+        t0 = note_phases(record, resp, t0)  # from here, times count from the write
         record.headers_ns = _perf_ns() - t0
         record.http_status = resp.status
         record.server_request_id = resp.headers.get("x-request-id")

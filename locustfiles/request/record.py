@@ -82,6 +82,11 @@ class RequestRecord:
     tool_calls: int | None = None
     cached_tokens: int | None = None
     history_tokens: int | None = None
+    # the client's phases before the write (1.4): a new connection or a reused one, how long
+    # opening it took, and the time from deciding to send to handing the bytes to the kernel
+    connect_new: bool | None = None
+    connect_ns: int | None = None
+    client_delay_ns: int | None = None
     # sessions only (not columns): the reply's text and tool calls, for the next turn's history
     reply_parts: list[str] | None = None  # collected when not None
     tool_call_parts: dict[int, dict[str, str]] | None = None  # index -> id, name, arguments

@@ -143,6 +143,8 @@ class RunManifest:
     # replace it, a first write never replaces another run's (not part of the document)
     stored: bool = field(default=False, repr=False, compare=False)
     stopped_by: str | None = None  # the signal that stopped the run early (SIGTERM, SIGINT)
+    # the engine's spans received on the master (--otlp-listen): locustfiles/master/otlp.py
+    spans: Mapping[str, Any] | None = None
 
     def finish(self, status: str = "finished") -> None:
         if status not in MANIFEST_STATUSES[1:]:
@@ -175,6 +177,8 @@ class RunManifest:
             "search": dict(self.search) if self.search is not None else None,
             "stopped_by": self.stopped_by,
         }
+        if self.spans is not None:
+            doc["spans"] = dict(self.spans)
         scrubbed: dict[str, Any] = _scrub_values(doc, secrets)
         return scrubbed
 

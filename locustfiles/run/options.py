@@ -56,6 +56,8 @@ class ChatOptions:
     finish_timeout: float
     metadata: dict[str, Any]
     scrape_interval: float
+    otlp_listen: str
+    otlp_linger: float
     gc_freeze: bool
     wait_ready: float
     report_dir: str

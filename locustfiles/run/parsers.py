@@ -44,6 +44,27 @@ def parse_run_id(text: str) -> str:
     return text
 
 
+def parse_listen(text: str) -> str:
+    """--otlp-listen: empty (off) or HOST:PORT to listen on (port 0: any free port; an IPv6
+    host in brackets, [::1]:4318)."""
+    if not text:
+        return text
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (
+        not sep
+        or not host
+        or not port.isdigit()
+        or int(port) > 65535
+        or any(c.isspace() or c in "/[]" for c in host)
+    ):
+        raise UsageError(
+            f"--otlp-listen {text!r} must be HOST:PORT (port 0-65535), e.g. --otlp-listen "
+            "0.0.0.0:4318 (the engine then sends to http://THIS_HOST:4318/v1/traces)"
+        )
+    return text
+
+
 def parse_env_name(text: str) -> str:
     """--api-key-env: the name of an environment variable."""
     if not ENV_NAME_PATTERN.fullmatch(text):

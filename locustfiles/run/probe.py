@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import urllib3
 
+from analysis.spans import traceparent
 from locustfiles.request.client import Limits, execute
 from locustfiles.request.errors import CONNECT, describe
 from locustfiles.request.exchange import Reply, exchange
@@ -42,7 +43,10 @@ def new_probe_id() -> str:
 
 
 def probe_headers(request_id: str, api_key: str | None) -> dict[str, str]:
-    headers = {"X-Request-Id": request_id}
+    """The headers of every request llmload sends, probe or load: its id, the W3C trace
+    context whose trace id is derived from the id (an engine's span joins the request by it:
+    analysis/spans.py), the API key when there is one."""
+    headers = {"X-Request-Id": request_id, "traceparent": traceparent(request_id)}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return headers

@@ -63,7 +63,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, write: Callable[[Any], None]) -> int:
+def write_atomic(path: Path, write: Callable[[Any], None]) -> int:
     """Write through `write(fh)` to a temp file, fsync, rename over `path`; return the size."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX)
@@ -112,7 +112,7 @@ class Spool:
         path = self.path(key)
         if path.exists():
             raise FileExistsError(f"spool part {path} already exists")
-        size = _write_atomic(
+        size = write_atomic(
             path, lambda fh: pq.write_table(table, fh, compression=PARQUET_COMPRESSION)
         )
         return key, size
@@ -160,7 +160,7 @@ class Spool:
 
     def save_index(self, index: WorkerIndex) -> None:
         data = index.to_json(SCHEMA_VERSION)
-        _write_atomic(self.index_path, lambda fh: fh.write(data))
+        write_atomic(self.index_path, lambda fh: fh.write(data))
 
     @property
     def owner_path(self) -> Path:
@@ -169,7 +169,7 @@ class Spool:
     def claim(self) -> None:
         """Mark this spool as owned by the live process (upload-spool leaves it alone)."""
         doc = json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode()
-        _write_atomic(self.owner_path, lambda fh: fh.write(doc))
+        write_atomic(self.owner_path, lambda fh: fh.write(doc))
 
     def release(self) -> None:
         self.owner_path.unlink(missing_ok=True)

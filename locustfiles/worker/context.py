@@ -39,7 +39,7 @@ from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.options import ChatOptions
-from locustfiles.run.probe import PROBE_TIMEOUT_S, send_probe, send_stream_probe
+from locustfiles.run.probe import PROBE_TIMEOUT_S, probe_headers, send_probe, send_stream_probe
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, secret_values
 from locustfiles.sink.eventsink import EventSink, SinkConfig
@@ -158,11 +158,7 @@ class WorkerContext:
 
     # -- headers and bodies ------------------------------------------------------------
     def headers(self, request_id: str) -> dict[str, str]:
-        headers = {"X-Request-Id": request_id}
-        key = self.options.api_key()
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+        return probe_headers(request_id, self.options.api_key())
 
     def body(self, prompt: str | None, messages: list[dict[str, Any]] | None, max_tokens: int | None,
              stream: bool, probe: bool = False) -> dict[str, Any]:  # fmt: skip

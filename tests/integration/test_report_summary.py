@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analysis import build_report
+from analysis.path import PARTS
 from analysis.schema import ERROR_KINDS
 from analysis.stats import STATS
 from tests.support.runs import T0_NS, known_run, ns
@@ -73,6 +74,18 @@ def no_sessions() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def no_path() -> dict[str, Any]:
+    """The request-path columns of a run written before schema 1.4, without spans: missing,
+    never 0 (no new connection recorded either)."""
+    nan = float("nan")
+    out: dict[str, Any] = {
+        "client_delay_p50_ms": nan, "client_delay_p99_ms": nan, "connections_new": 0,
+        "connect_p50_ms": nan, "connect_p99_ms": nan, "span_share": nan,
+    }  # fmt: skip
+    out.update({f"{p}_{s}_s": nan for p in PARTS for s in ("mean", "p50", "p99")})
+    return out
+
+
 def window(start_s: float, end_s: float, source: str = "manifest") -> dict[str, Any]:
     return {
         "window_start_ns": T0_NS + ns(start_s),
@@ -103,6 +116,7 @@ COLD = {
     **unmeasured(),
     **closed_loop(),
     **no_sessions(),
+    **no_path(),
     "slo_pass": None, "slo_failures": "",
 }  # fmt: skip
 
@@ -137,6 +151,7 @@ STEP0 = {
     **unmeasured(),
     **closed_loop(),
     **no_sessions(),
+    **no_path(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
 }  # fmt: skip
 
@@ -164,6 +179,7 @@ STEP1 = {
     **unmeasured(),
     **closed_loop(),
     **no_sessions(),
+    **no_path(),
     "slo_pass": True, "slo_failures": "",
 }  # fmt: skip
 
@@ -184,6 +200,7 @@ STEP2 = {
     **unmeasured(None),
     **closed_loop(),
     **no_sessions(),
+    **no_path(),
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
 }  # fmt: skip
@@ -219,7 +236,7 @@ def test_every_summary_column_matches_hand_computed_values(report) -> None:  # t
 
 def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.3" and doc["kind"] == "llmload.summary"
+    assert doc["schema_version"] == "1.4" and doc["kind"] == "llmload.summary"
     assert doc["simulated"] is False
     assert doc["run"]["target"]["model"] == "tiny-llama"
     assert doc["slo"]["best_concurrency"] == 4 and doc["slo"]["failed"] is True

@@ -68,6 +68,7 @@ def streamed_record() -> RequestRecord:
     rec.rate, rec.arrival_index, rec.intended_ns, rec.queued_ns = 2.5, 7, rec.sent_at_ns - 10, 5
     rec.session_id, rec.turn, rec.session_turns, rec.turn_kind = "s-1", 1, 3, "tool_result"
     rec.wait_ns, rec.tool_calls, rec.history_tokens = 1_000_000, 1, 24
+    rec.connect_new, rec.connect_ns, rec.client_delay_ns = True, 150_000, 210_000
     return rec  # fmt: skip
 
 

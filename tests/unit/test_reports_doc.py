@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from analysis.path import PARTS
 from analysis.schema import ERROR_KINDS
 from analysis.sessions import SESSION_COLUMNS, TURN_COLUMNS
 from analysis.stats import STATS
@@ -24,6 +25,9 @@ def documented(section: str) -> set[str]:
     for name in names:
         if name == "<metric>_<stat>_s":
             expanded |= {f"{m}_{s}_s" for m in LATENCY_METRICS for s in STATS}
+        elif name in ("<part>_mean_s", "<part>_p50_s", "<part>_p99_s"):
+            stat = name.split("_", 1)[1]
+            expanded |= {f"{p}_{stat}" for p in PARTS}
         elif name == "errors_<kind>":
             expanded |= {f"errors_{k}" for k in ERROR_KINDS}
         else:
