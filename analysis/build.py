@@ -37,26 +37,28 @@ def build_report(
     in_memory: bool = False,
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     spill_dir: str | None = None,
+    by: str | None = None,
 ) -> Report:
     """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
 
     The chunk table is read out of core by the engine (analysis/engine.py, DuckDB under
     `memory_limit`, spilling to `spill_dir`), not loaded; `in_memory=True` loads it and
     computes with numpy instead (the reference path: the same figures). The SLO spec is
-    parsed before anything is read, so a bad spec writes nothing.
+    parsed before anything is read, so a bad spec writes nothing. `by="model"`: one summary
+    row per step and model.
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     memory_limit = parse_memory_limit(memory_limit)
     run = load_run(run_uri, progress=progress, progress_stream=progress_stream, chunks=in_memory)
     if in_memory:
-        report = summarize_run(run, slo)
+        report = summarize_run(run, slo, by=by)
     else:
         warning = over_limit_warning(memory_limit, run.requests)
         if warning:
             run.warnings.append(warning)
         # the limit bounds the process: the engine gets what the request rows leave
         with Engine(engine_share(memory_limit), spill_dir) as engine:
-            report = summarize_run(run, slo, engine)
+            report = summarize_run(run, slo, engine, by)
     out = make_out_dir(out_dir)
     files = write_tables(report, out, csv_rows)
     files["report.md"] = out / "report.md"

@@ -70,7 +70,6 @@ REQUEST_COLUMNS: Final = _read_but(
     REQUESTS_SCHEMA,
     "run_id",
     "endpoint",
-    "model",
     "stream",
     "prompt_sha256",
     "prompt_text",

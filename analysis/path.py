@@ -127,7 +127,7 @@ def request_path(
     n = len(requests)
     delay = _float(requests, "client_delay_ns") / 1e6
     new = (
-        requests["connect_new"].fillna(False).to_numpy(bool)
+        requests["connect_new"].astype("boolean").fillna(False).to_numpy(bool)
         if "connect_new" in requests
         else np.zeros(n, bool)
     )

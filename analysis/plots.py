@@ -48,12 +48,30 @@ def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray:
 
 
 def group_label(row: dict[str, Any]) -> str:
-    """How a plot names a summary row: `cold`, `c=8` (concurrency), `r=38` (rate)."""
+    """How a plot names a summary row: `cold`, `c=8` (concurrency), `r=38` (rate); a row of
+    a split by model (`--by model`) adds its model: `c=8 a`."""
     if row["group"] == "cold":
-        return "cold"
-    if row.get("mode") == "rate" and row.get("rate") is not None:
-        return f"r={float(row['rate']):g}"
-    return f"c={row['concurrency']}"
+        label = "cold"
+    elif row.get("mode") == "rate" and row.get("rate") is not None:
+        label = f"r={float(row['rate']):g}"
+    else:
+        label = f"c={row['concurrency']}"
+    return f"{label} {row['model']}" if "model" in row else label
+
+
+def _by_model(
+    rows: list[dict[str, Any]], series: list[tuple[str, np.ndarray]]
+) -> list[tuple[str, np.ndarray]]:
+    """Rows split by model (`--by model`): each series once per model, missing (NaN) on the
+    other models' rows; unsplit rows: the series as they are."""
+    if not rows or "model" not in rows[0]:
+        return series
+    models = np.array([str(r["model"]) for r in rows], dtype=object)
+    return [
+        (f"{label} {model}", np.where(models == model, y, np.nan))
+        for model in dict.fromkeys(models)
+        for label, y in series
+    ]
 
 
 def _no_data(ax: Axes) -> None:
@@ -92,7 +110,7 @@ def _latency_percentiles(rows: list[dict[str, Any]], x: np.ndarray, axis: Callab
     axes = fig.subplots(1, 3)
     for ax, metric in zip(axes, ("ttft", "tpot", "itl"), strict=True):
         series = [(p, _values(rows, f"{metric}_{p}_s")) for p in ("p50", "p90", "p99")]
-        _lines(ax, x, series, 1000)
+        _lines(ax, x, _by_model(rows, series), 1000)
         ax.set_title(f"{metric.upper()} (ms)")
         ax.set_ylabel("ms")
         axis(ax)
@@ -113,7 +131,9 @@ def throughput_vs_concurrency(report: Report) -> Plot:
     conc = _values(rows, "concurrency")
     fig = Figure(figsize=(6, 3.6), layout="constrained")
     ax = fig.subplots()
-    _lines(ax, conc, [("output tokens/s", _values(rows, "output_tokens_per_s"))], 1)
+    _lines(
+        ax, conc, _by_model(rows, [("output tokens/s", _values(rows, "output_tokens_per_s"))]), 1
+    )
     ax.set_ylabel("output tokens/s")
     _concurrency_axis(ax, conc)
     ax.set_title("Output throughput vs concurrency")
@@ -154,7 +174,7 @@ def goodput_vs_rate(report: Report) -> Plot:
          goodput if has_goodput else _values(rows, "requests_per_s")),
         ("achieved (sent) requests/s", _values(rows, "rate_achieved")),
     ]  # fmt: skip
-    _lines(ax, rate, series, 1)
+    _lines(ax, rate, _by_model(rows, series), 1)
     known = rate[~np.isnan(rate)]
     if len(known):
         ends = np.array([known.min(), known.max()])

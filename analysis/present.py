@@ -46,7 +46,9 @@ def percent(value: Any) -> str:
 
 
 def step_label(row: dict[str, Any]) -> str:
-    return "cold" if row["group"] == "cold" else str(row["step"])
+    """`cold` or the step's index; a row of a split by model adds its model: `2 a`."""
+    label = "cold" if row["group"] == "cold" else str(row["step"])
+    return f"{label} {row['model']}" if "model" in row else label
 
 
 def slo_label(row: dict[str, Any]) -> str:
@@ -149,6 +151,32 @@ def session_table(report: Report) -> tuple[list[str], list[list[str]]]:
         return [h for h, _ in SESSION_TABLE], []
     rows = [r for r in report.table.rows if r["group"] == "step" or r.get("sessions")]
     return [h for h, _ in SESSION_TABLE], [[cell(r) for _, cell in SESSION_TABLE] for r in rows]
+
+
+CACHE_TABLE: Final = (
+    ("step", step_label),
+    ("cache phase", lambda r: r.get("cache_phase") or MISSING),
+    ("flush", lambda r: r.get("cache_flush") or MISSING),
+    ("primed", lambda r: count(r.get("cache_primed"))),
+    ("cached (server)", lambda r: percent(r.get("cached_tokens_pct"))),
+    ("cached (implied)", lambda r: percent(r.get("cached_implied_pct"))),
+)
+"""Per step: the cache phase before it and the cached share reported against the implied."""
+
+CACHE_NOTE: Final = (
+    "Before each step (--cache-phase) the engine's prefix cache was flushed and/or each shared "
+    "prefix sent once; cached: the share of prompt tokens the server reported cached, and the "
+    "share the shared prefixes imply once cached (whole --engine-block-size blocks; "
+    "docs/prefix-cache.md)."
+)
+
+
+def cache_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The cache table; no rows when the run had no shared prefixes and no cache phase."""
+    rows = [r for r in report.table.rows if r["group"] == "step"]
+    if not any(r.get("cache_phase") or not is_missing(r.get("cached_implied_pct")) for r in rows):
+        return [h for h, _ in CACHE_TABLE], []
+    return [h for h, _ in CACHE_TABLE], [[cell(r) for _, cell in CACHE_TABLE] for r in rows]
 
 
 def turn_table(report: Report) -> tuple[list[str], list[list[str]]]:

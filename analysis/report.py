@@ -108,12 +108,16 @@ class Report:
         """The highest concurrency whose step meets every SLO objective (None: none or no SLO).
 
         Concurrency steps only: a rate step's `concurrency` is its cap, not a load level."""
-        passing = [
-            int(r["concurrency"])
-            for r in self.step_rows
-            if r["slo_pass"] is True and r.get("mode") != "rate"
-        ]
+        passing = [int(r["concurrency"]) for r in self._passing_steps() if r.get("mode") != "rate"]
         return max(passing) if passing else None
+
+    def _passing_steps(self) -> list[dict[str, Any]]:
+        """One row per step that meets the SLO: with `--by model` a step has a row per model,
+        and it passes only when every model's row does (each model is served by the step)."""
+        by_step: dict[Any, list[dict[str, Any]]] = {}
+        for row in self.step_rows:
+            by_step.setdefault(row["step"], []).append(row)
+        return [rows[0] for rows in by_step.values() if all(r["slo_pass"] is True for r in rows)]
 
     @property
     def best_rate(self) -> float | None:
@@ -121,8 +125,8 @@ class Report:
         (None: no rate step meets it, no SLO, or a concurrency run)."""
         passing = [
             float(r["rate"])
-            for r in self.step_rows
-            if r["slo_pass"] is True and r.get("mode") == "rate" and r.get("rate") is not None
+            for r in self._passing_steps()
+            if r.get("mode") == "rate" and r.get("rate") is not None
         ]
         return max(passing) if passing else None
 
@@ -192,13 +196,17 @@ def _choose_slo(slo: Slo, manifest: dict[str, Any], warnings: list[str]) -> tupl
 
 
 def summarize_run(
-    run: RunData, slo: Slo | str | None = None, engine: Engine | None = None
+    run: RunData,
+    slo: Slo | str | None = None,
+    engine: Engine | None = None,
+    by: str | None = None,
 ) -> Report:
     """Compute the per-request metrics and the per-step summary of a loaded run.
 
     Without an SLO (None or empty) the run's own `--slo` is used when its manifest has one.
     A run loaded without its chunks (`load_run(..., chunks=False)`) is summarised out of core
     by `engine` (analysis/engine.py; one with the default memory limit when None).
+    `by="model"`: one summary row per step and model (analysis.steps.BY_CHOICES).
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     warnings: list[str] = [*run.warnings]
@@ -206,7 +214,7 @@ def summarize_run(
     if run.chunks is not None:
         metrics = compute_request_metrics(run.requests, run.chunks)
         table = aggregate_steps(run, metrics, slo, MemoryChunkFacts(metrics, run.requests,
-                                                                    run.chunks))  # fmt: skip
+                                                                    run.chunks), by)  # fmt: skip
     else:
         with contextlib.ExitStack() as stack:
             if engine is None:
@@ -216,7 +224,7 @@ def summarize_run(
             timing = request_timing(run.requests)
             per_request = with_chunk_metrics(timing, facts.per_request)
             metrics = RequestMetrics(per_request, None, None, facts.orphan_chunks)
-            table = aggregate_steps(run, metrics, slo, facts)
+            table = aggregate_steps(run, metrics, slo, facts, by)
     warnings.extend(table.warnings)
     warnings.extend(clock_warnings(run.manifest))
     if run.requests.empty:

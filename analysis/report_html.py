@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 
 from analysis.plots import Plot, all_plots
 from analysis.present import (
+    CACHE_NOTE,
     PATH_NOTE,
     SESSIONS_NOTE,
     SIMULATED_BANNER,
+    cache_table,
     completeness_lines,
     error_table,
     path_table,
@@ -67,6 +69,16 @@ def _figure(plot: Plot) -> str:
     )
 
 
+def _section(
+    anchor: str, title: str, note: str, headers: list[str], rows: list[list[str]], css: str
+) -> list[str]:
+    """A titled table with its note; nothing when it has no rows."""
+    if not rows:
+        return []
+    return [f'<h2 id="{anchor}">{escape(title)}</h2>', f"<p>{escape(note)}</p>",
+            _table(headers, rows, css)]  # fmt: skip
+
+
 def _list(lines: list[str], css: str = "") -> str:
     cls = f' class="{css}"' if css else ""
     return f"<ul{cls}>" + "".join(f"<li>{escape(x)}</li>" for x in lines) + "</ul>"
@@ -101,13 +113,8 @@ def render_html(report: Report) -> str:
         "every token; throughput over the window. Every column is in summary.csv.</p>",
         _table(headers, rows, "steps"),
     ]
-    headers, rows = path_table(report)
-    if rows:
-        parts += [
-            '<h2 id="request-path">Request path</h2>',
-            f"<p>{escape(PATH_NOTE)}</p>",
-            _table(headers, rows, "path"),
-        ]
+    parts += _section("request-path", "Request path", PATH_NOTE, *path_table(report), "path")
+    parts += _section("prefix-cache", "Prefix cache", CACHE_NOTE, *cache_table(report), "cache")
     headers, rows = session_table(report)
     if rows:
         turn_headers, turn_rows = turn_table(report)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analysis.present import (
+    CACHE_NOTE,
     PATH_NOTE,
     SESSIONS_NOTE,
     SIMULATED_BANNER,
+    cache_table,
     completeness_lines,
     error_table,
     path_table,
@@ -54,6 +56,9 @@ def render_markdown(report: Report) -> str:
     headers, rows = path_table(report)
     if rows:
         out += ["## Request path", "", PATH_NOTE, "", md_table(headers, rows), ""]
+    headers, rows = cache_table(report)
+    if rows:
+        out += ["## Prefix cache", "", CACHE_NOTE, "", md_table(headers, rows), ""]
     headers, rows = session_table(report)
     if rows:
         turn_headers, turn_rows = turn_table(report)

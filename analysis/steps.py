@@ -17,6 +17,9 @@ Which requests count (docs/metrics.md, "Per-step statistics"):
 - The cold group holds the cold requests, over the span from their first send to their last
   response end.
 - Sessions (schema 1.3, analysis/sessions.py) count in the group of their first turn.
+- Split by model (`by="model"`, `llmload report --by model`): every group above becomes one
+  row per model the run asked for (its `model` column), each group's masks narrowed to that
+  model's requests; without a split, a run of several models earns a warning.
 
 Every distribution comes from the merged rows of all workers: nothing is averaged across
 workers. No data gives NaN (None in JSON), never 0.
@@ -30,6 +33,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.cachestate import PrefixPlan, cache_columns, cache_warnings, step_entry
 from analysis.chunkfacts import CURVE_QUANTILES, ChunkFacts, GroupChunks, GroupSpec
 from analysis.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.load import RunData
@@ -86,6 +90,7 @@ PER_REQUEST_COLUMNS: Final = (
     "step",
     "concurrency",
     "scenario",
+    "model",
     "status",
     "error_kind",
     "http_status",
@@ -315,6 +320,8 @@ def _group_row(
     row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=dropped is not None))
     row.update(session_columns(a.sessions, members))
     row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
+    row.update(cache_columns(PrefixPlan.of(run.manifest), req, latency,
+                             step_entry(run.manifest, step)))  # fmt: skip
     row.update(path_columns(a.path, members, a.ok))
     return row
 
@@ -434,8 +441,59 @@ def _worker_health(
     return out
 
 
-def _step_warnings(row: dict[str, Any]) -> list[str]:
+BY_CHOICES: Final = ("model",)
+"""What the summary rows can be split by (`llmload report --by`)."""
+
+
+def _row_name(row: dict[str, Any]) -> str:
     name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
+    return f"{name} (model {row['model']})" if "model" in row else name
+
+
+def _model_masks(req: pd.DataFrame, sent: np.ndarray) -> dict[str | None, np.ndarray]:
+    """Each model the sent requests asked for (None: not recorded) -> its requests."""
+    if "model" not in req:
+        return {None: np.ones(len(req), dtype=bool)}
+    column = req["model"]
+    missing = column.isna().to_numpy(bool)
+    values = column.astype(object).where(~missing, "").astype(str).to_numpy()
+    names = sorted(set(values[sent & ~missing]))
+    masks: dict[str | None, np.ndarray] = {name: values == name for name in names}
+    if (sent & missing).any() or not masks:
+        masks[None] = missing
+    return masks
+
+
+def _split(
+    groups: list[dict[str, Any]], masks: dict[str | None, np.ndarray]
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """Each group once per model, its masks narrowed to the model's requests."""
+    out = []
+    for group in groups:
+        for model, mask in masks.items():
+            narrowed = {
+                key: value & mask if key in _MASKS and value is not None else value
+                for key, value in group.items()
+            }
+            out.append((model, narrowed))
+    return out
+
+
+_MASKS: Final = ("tagged", "members", "eligible", "dropped_in")
+
+
+def _mixed_models_warning(masks: dict[str | None, np.ndarray]) -> list[str]:
+    named = [m for m in masks if m is not None]
+    if len(named) < 2:
+        return []
+    return [
+        f"the run asked for {len(named)} models ({', '.join(named)}): every step mixes "
+        "their requests; give --by model for one row per step and model"
+    ]
+
+
+def _step_warnings(row: dict[str, Any]) -> list[str]:
+    name = _row_name(row)
     out = []
     if row["requests"] and row["ok"] == 0:
         out.append(f"{name}: no successful request in the window; its latencies are missing")
@@ -496,10 +554,11 @@ def _new(curves: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def aggregate_steps(
-    run: RunData, metrics: RequestMetrics, slo: Slo, facts: ChunkFacts
+    run: RunData, metrics: RequestMetrics, slo: Slo, facts: ChunkFacts, by: str | None = None
 ) -> StepTable:
     """Summary rows for the cold group (when present) and every step, plus per-request flags.
-    `facts`: what the chunks say of each group (in memory or out of core: chunkfacts.py)."""
+    `facts`: what the chunks say of each group (in memory or out of core: chunkfacts.py);
+    `by`: "model" splits every row by the model asked for (BY_CHOICES), None: no split."""
     req = run.requests
     a = _arrays(run, metrics, slo)
     plans, warnings = plan_steps(run.manifest, req, a.done, a.sent)
@@ -509,8 +568,6 @@ def aggregate_steps(
     n = len(req)
     steady = np.zeros(n, dtype=bool)
     rows: list[dict[str, Any]] = []
-    windows: list[Window | None] = []
-    populations: list[np.ndarray] = []  # per row: its requests (`members`)
     curves: list[dict[str, np.ndarray]] = []
     groups: list[dict[str, Any]] = []  # each row's _group_row arguments, chunks asked at once
 
@@ -520,8 +577,6 @@ def aggregate_steps(
         if concurrency is None:
             concurrency = int(req["concurrency"].to_numpy(np.int64)[cold].max())
         window = request_span(a.sent[cold], a.done[cold], "cold")
-        windows.append(window)
-        populations.append(cold)
         groups.append({"group": "cold", "step": None, "concurrency": int(concurrency),
                        "window": window, "tagged": cold, "members": cold, "eligible": cold})  # fmt: skip
     not_cold = ~req["cold"].to_numpy(bool)
@@ -531,23 +586,35 @@ def aggregate_steps(
         members = tagged & in_window
         dropped_in = not_cold & a.dropped & (step_col == plan.step) & in_window
         steady |= members | dropped_in
-        windows.append(plan.window)
-        populations.append(members)
         groups.append({"group": "step", "step": plan.step, "concurrency": plan.concurrency,
                        "window": plan.window, "tagged": tagged, "members": members,
                        "eligible": not_cold & sent_rows, "mode": plan.mode, "rate": plan.rate,
                        "dropped_in": dropped_in})  # fmt: skip
-    specs = [GroupSpec(g["members"] & a.ok, g["window"], g["eligible"]) for g in groups]
+    masks = _model_masks(req, sent_rows)
+    if by is None:
+        warnings.extend(_mixed_models_warning(masks))
+        split: list[tuple[str | None, dict[str, Any]]] = [("", g) for g in groups]
+    elif by == "model":
+        split = _split(groups, masks)
+    else:
+        raise ValueError(f"by must be one of {BY_CHOICES} or None, not {by!r}")
+    windows: list[Window | None] = [g["window"] for _, g in split]
+    populations = [g["members"] for _, g in split]  # per row: its requests
+    specs = [GroupSpec(g["members"] & a.ok, g["window"], g["eligible"]) for _, g in split]
     chunks = facts.groups(specs, a.sent)
-    for group, chunk in zip(groups, chunks, strict=True):
-        rows.append(_group_row(a, run, metrics, curves=_new(curves), chunk=chunk, **group))
+    for (model, group), chunk in zip(split, chunks, strict=True):
+        row = _group_row(a, run, metrics, curves=_new(curves), chunk=chunk, **group)
+        if by is not None:  # the split's key right after the group's kind
+            row = {"group": row.pop("group"), by: model, **row}
+        rows.append(row)
 
     for row, window, population in zip(rows, windows, populations, strict=True):
         warnings.extend(_step_warnings(row))
         warnings.extend(open_loop_warnings(row))
-        name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
+        name = _row_name(row)
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
+            warnings.extend(cache_warnings(name, row, step_entry(run.manifest, row["step"])))
         warnings.extend(a.health.warnings(name, window))
         warnings.extend(path_warnings(name, row))
         if row["group"] == "step" and slo.objectives:

@@ -39,6 +39,7 @@ RESULT_VERSION: Final = "1.0"
 class CheckConfig:
     url: str  # base URL, without /v1
     model: str | None = None
+    also_models: tuple[str, ...] = ()  # the rest of a --model mix: each must be served too
     api_key: str | None = None
     endpoint: str = "chat"
     timeout: float = 60.0  # seconds per request (per read while streaming)
@@ -161,6 +162,21 @@ class Checker:
         preflight, locustfiles/master/preflight.py)."""
         if self._unlisted(models):
             self._refuse_unlisted(models, self.target.post(self.config.path, self._one_token()))
+        self._check_also(models)
+
+    def _check_also(self, models: Answer) -> None:
+        """The other models of a --model mix, each as --model itself."""
+        from analysis.errors import UsageError
+        from locustfiles.master.preflight import served_models, unknown_model
+        from locustfiles.request.errors import refused_status
+
+        served = served_models(models.body) if models.ok else []
+        for name in self.config.also_models:
+            if not served or name in served:
+                continue
+            answer = self.target.post(self.config.path, {**self._one_token(), "model": name})
+            if refused_status(answer.status):
+                raise UsageError(unknown_model(name, served, self.target.base))
 
     def _one_token(self) -> dict[str, Any]:
         """The one-token request for the model that tells a refused --model (and readiness)."""

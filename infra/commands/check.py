@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
         "url", metavar="URL",
         help="the server's base URL, without /v1 or any other path, e.g. http://127.0.0.1:8000",
     )  # fmt: skip
-    parser.add_argument("--model", default=None, help="model id (default: first id of /v1/models)")
+    parser.add_argument("--model", default=None,
+                        help="model id (default: first id of /v1/models), or a mix a:0.7,b:0.3")  # fmt: skip
     parser.add_argument(
         "--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
         help="environment variable holding the API key, sent as a Bearer token (default OPENAI_API_KEY)",
@@ -105,9 +106,13 @@ def build_config(args: argparse.Namespace) -> Any:
         raise UsageError(f"--bad-input-words must be >= 1, not {args.bad_input_words}")
     if args.metrics_url is not None:
         _http_url(args.metrics_url)
+    from locustfiles.traffic.models import parse_model_mix
+
+    mix = parse_model_mix(args.model or "")  # a mix: every model is checked as served
     return CheckConfig(
         url=url,
-        model=args.model or None,
+        model=mix.first,
+        also_models=mix.names[1:],
         api_key=os.environ.get(args.api_key_env) or None,
         endpoint=args.endpoint,
         timeout=args.timeout,

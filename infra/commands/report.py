@@ -36,6 +36,13 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--fail-on-slo", action="store_true", help="exit 3 when a step misses the SLO"
     )
+    parser.add_argument(
+        "--by",
+        choices=("model",),
+        default=None,
+        help="split every summary row, table and plot: model (one row per step and model "
+        "of a --model a:0.7,b:0.3 run)",
+    )
     parser.add_argument("--no-html", action="store_true", help="skip report.html (and its plots)")
     parser.add_argument("--quiet", action="store_true", help="no progress line, no summary")
     parser.add_argument(
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet,
                           csv_rows=csv_rows, in_memory=args.in_memory,
                           memory_limit=args.memory_limit or DEFAULT_MEMORY_LIMIT,
-                          spill_dir=args.spill_dir)  # fmt: skip
+                          spill_dir=args.spill_dir, by=args.by)  # fmt: skip
     for warning in report.warnings:
         print(f"llmload: warning: {warning}", file=sys.stderr)
     if not args.quiet:

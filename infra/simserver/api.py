@@ -1,4 +1,5 @@
-"""Routes: the OpenAI endpoints, /v1/models, /health, /version and /metrics."""
+"""Routes: the OpenAI endpoints, /v1/models, /health, /version, /metrics and the prefix
+cache's flush (/reset_prefix_cache, /flush_cache)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import random
 import time
 import uuid
+from typing import Any
 
 from infra.simserver.config import SimConfig
 from infra.simserver.engine import Engine
@@ -25,6 +27,7 @@ _GENERATION_ROUTES: dict[str, Kind] = {
     "/v1/completions": "completion",
 }
 _GET_ROUTES = ("/health", "/version", "/v1/models", "/metrics")
+_FLUSH_ROUTES = ("/reset_prefix_cache", "/flush_cache")  # vLLM's (dev mode) and SGLang's
 _MAX_REQUEST_ID = 200
 
 
@@ -59,6 +62,14 @@ class SimApp:
                 return
             self._generate(kind, request, conn)
             return
+        if request.path in _FLUSH_ROUTES:
+            if request.method != "POST":
+                self._method_not_allowed(conn, "POST")
+                return
+            if self.engine.cache is not None:
+                self.engine.cache.reset()
+            conn.respond(200, b"", content_type="text/plain")  # as vLLM: 200, empty body
+            return
         if request.path in _GET_ROUTES:
             if request.method != "GET":
                 self._method_not_allowed(conn, "GET")
@@ -81,15 +92,20 @@ class SimApp:
             }
             conn.respond(200, json.dumps(body).encode())
         elif path == "/v1/models":
-            model = {
-                "id": self.served_model,
-                "object": "model",
-                "created": 0,
-                "owned_by": "llmload-sim",
-                "root": self.served_model,
-                "max_model_len": self.config.profile.max_model_len,
-            }
-            conn.respond(200, json.dumps({"object": "list", "data": [model]}).encode())
+            models = []
+            for name in self.config.models:
+                model: dict[str, Any] = {
+                    "id": name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "llmload-sim",
+                    "root": name,
+                    "max_model_len": self.config.profile.max_model_len,
+                }
+                if name in self.config.adapters:  # as vLLM lists a LoRA adapter
+                    model["parent"] = self.served_model
+                models.append(model)
+            conn.respond(200, json.dumps({"object": "list", "data": models}).encode())
         else:
             text = render(self.stats, self.engine, self.served_model)
             conn.respond(200, text.encode(), content_type="text/plain; version=0.0.4")
@@ -170,7 +186,7 @@ class SimApp:
             return
         profile = self.config.profile
         try:
-            params = parse_generation(kind, request.body, self.served_model, profile.max_model_len)
+            params = parse_generation(kind, request.body, self.config.models, profile.max_model_len)
         except RequestRejected as rejected:
             self._reject(conn, request, request_id, rejected)
             return

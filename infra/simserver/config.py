@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,10 +33,28 @@ class SimConfig:
     tool_call_rate: float = 0.5  # share of chat requests with `tools` answered by a tool call
     otlp_traces_endpoint: str | None = None  # OTLP/HTTP URL; None: no spans
     otlp_service_name: str = DEFAULT_SERVICE_NAME
+    # several models (--served-models a,b): every id served, the first the default
+    served_models: tuple[str, ...] = ()
+    model_costs: Mapping[str, float] = field(default_factory=dict)  # id -> steps per token
+    adapters: tuple[str, ...] = ()  # ids that are LoRA adapters of the first base model
+    adapter_overhead_ms: float = 1.0  # a step holding an adapter's sequence lasts this longer
 
     @property
     def served_model(self) -> str:
+        """The default model (the first served): /version's, the metrics' label."""
+        if self.served_models:
+            return self.served_models[0]
         return self.model_name or f"llmload-sim-{self.profile.name}"
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model id served."""
+        return self.served_models or (self.served_model,)
+
+    def model_cost(self, model: str) -> tuple[float, float]:
+        """A model's (cost, step overhead in seconds), see engine.py."""
+        overhead = self.adapter_overhead_ms / 1000 if model in self.adapters else 0.0
+        return self.model_costs.get(model, 1.0), overhead
 
     @property
     def prefix_cache_tokens(self) -> int:
@@ -71,6 +90,7 @@ class SimConfig:
             raise UsageError("--otlp-service-name must not be empty")
         if self.model_name is not None and not self.model_name.strip():
             raise UsageError("--model-name must not be empty; leave it out for the default")
+        self._check_models()
         for flag, path in (("--truth-log", self.truth_log), ("--port-file", self.port_file)):
             if path is not None and not Path(path).parent.is_dir():
                 raise UsageError(
@@ -79,3 +99,30 @@ class SimConfig:
                 )
             if path is not None and Path(path).is_dir():
                 raise UsageError(f"{flag} {path} is a folder; give a file name")
+
+    def _check_models(self) -> None:
+        if self.served_models and self.model_name is not None:
+            raise UsageError("give --served-models or --model-name, not both "
+                             "(--served-models a,b serves a and b; a is the default)")  # fmt: skip
+        if len(set(self.served_models)) != len(self.served_models) or any(
+            not m.strip() for m in self.served_models
+        ):
+            raise UsageError(f"--served-models must name distinct ids, not {self.served_models}")
+        for flag, names in (
+            ("--model-cost", list(self.model_costs)),
+            ("--adapters", self.adapters),
+        ):
+            for name in names:
+                if name not in self.models:
+                    raise UsageError(
+                        f"{flag} names {name!r}, which is not served; serve it with "
+                        f"--served-models {','.join((*self.models, name))}"
+                    )
+        for name, cost in self.model_costs.items():
+            if not (math.isfinite(cost) and cost > 0):
+                raise UsageError(f"--model-cost {name}:{cost} must be > 0 (1.5: 50% slower)")
+        if self.models[0] in self.adapters:
+            raise UsageError("--adapters: the first of --served-models is the base model, "
+                             "not an adapter; list the base model first")  # fmt: skip
+        if not (math.isfinite(self.adapter_overhead_ms) and self.adapter_overhead_ms >= 0):
+            raise UsageError(f"--adapter-overhead-ms must be >= 0, not {self.adapter_overhead_ms}")

@@ -12,6 +12,12 @@ One scheduler loop per process. Each *step*:
 3. at its end gives every sequence of the step one token (a new sequence's first token
    comes out of its prefill step).
 
+Several models (`llmload sim --served-models`): a sequence of a model with cost C (`--model-cost
+b:1.5`) needs C steps' work per token: it gains 1/C of a token per step and emits one whenever
+a whole token has built up (its prefill and decode take C times as long; C < 1 is not faster
+than one token per step). A step whose batch holds a LoRA adapter's sequence (`--adapters`)
+lasts `--adapter-overhead-ms` longer (the adapter kernels; every sequence of it waits).
+
 A sequence that finishes, or is cancelled after admission, inserts its prompt + generated
 tokens into the prefix cache.
 
@@ -77,6 +83,9 @@ class Sequence:
         "cached_tokens",
         "block_keys",
         "scheduled_ns",
+        "cost",
+        "credit",
+        "overhead",
     )
 
     def __init__(
@@ -89,8 +98,13 @@ class Sequence:
         stall_seconds: float = 0.0,
         prompt: tuple[Hashable, ...] = (),
         output_tokens: Callable[[int], list[str]] | None = None,
+        cost: float = 1.0,
+        overhead: float = 0.0,
     ) -> None:
         self.key = 0
+        self.cost = cost  # steps of work per token (its model's cost)
+        self.credit = 0.0  # work towards its next token (cost != 1)
+        self.overhead = overhead  # seconds its presence adds to a step (a LoRA adapter)
         self.sink = sink
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
@@ -275,6 +289,7 @@ class Engine:
             decoding = 0
             context = 0
             next_resume = 0.0
+            overhead = 0.0
             for seq in self._running.values():
                 if seq.resume_at:
                     if seq.resume_at > t:
@@ -282,6 +297,8 @@ class Engine:
                         continue
                     seq.resume_at = 0.0
                 batch.append(seq)
+                if seq.overhead > overhead:
+                    overhead = seq.overhead
                 if seq.generated:
                     decoding += 1
                     context += seq.prompt_tokens + seq.generated
@@ -291,7 +308,7 @@ class Engine:
                     await asyncio.wait_for(self._wakeup.wait(), timeout)
                 start = now()
                 continue
-            duration = profile.step_time(decoding, context, prefill) * scale
+            duration = (profile.step_time(decoding, context, prefill) + overhead) * scale
             end = start + duration
             if end > now():
                 await timer.sleep_until(end)
@@ -315,6 +332,11 @@ class Engine:
         for seq in batch:
             if seq.state is not SeqState.RUNNING:  # cancelled during the step
                 continue
+            if seq.cost != 1.0:  # a costlier (or cheaper) model: whole tokens only
+                seq.credit += 1.0 / seq.cost
+                if seq.credit < 1.0 - 1e-9:
+                    continue
+                seq.credit = min(seq.credit - 1.0, 1.0)
             seq.generated += 1
             self._kv_used += 1
             stats.generation_tokens += 1

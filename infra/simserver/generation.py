@@ -75,6 +75,8 @@ class Generation:
         self.created = int(time.time())
         self.text_pos = app.rng.randrange(app.text.period)
         self.text_start = self.text_pos
+        self.model = params.model or app.served_model
+        cost, overhead = app.config.model_cost(self.model)
         self.seq = Sequence(
             self,
             params.prompt_tokens,
@@ -84,6 +86,8 @@ class Generation:
             stall_seconds=plan.stall_seconds,
             prompt=params.prompt,
             output_tokens=self._output_tokens,
+            cost=cost,
+            overhead=overhead,
         )
         self.pending = 0
         self.per_event = app.config.tokens_per_event
@@ -133,7 +137,7 @@ class Generation:
             self.params.kind,
             self.response_id,
             self.created,
-            app.served_model,
+            self.model,
             self.params.prompt_tokens,
             self.params.continuous_usage,
             self.tool_call,
@@ -268,7 +272,7 @@ class Generation:
             "id": self.response_id,
             "object": obj,
             "created": self.created,
-            "model": self.app.served_model,
+            "model": self.model,
             "choices": [choice],
             "usage": {
                 "prompt_tokens": params.prompt_tokens,
@@ -311,7 +315,7 @@ class Generation:
             RequestRecord(
                 traceparent=request.headers.get("traceparent"),
                 request_id=self.response_id,
-                model=self.app.served_model,
+                model=self.model,
                 arrival_unix_ns=request.received_unix_ns,
                 arrival_ns=request.received_ns,
                 scheduled_ns=seq.scheduled_ns,
@@ -332,6 +336,7 @@ class Generation:
             {
                 "request_id": self.request_id,
                 "path": self.request.path,
+                "model": self.model,
                 "status": self.status,
                 "outcome": outcome,
                 "arrival_unix_ns": self.request.received_unix_ns,

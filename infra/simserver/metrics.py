@@ -209,6 +209,11 @@ class SimCollector:
             "Blocks evicted from the prefix cache (least recently used).",
             cache.evicted_blocks,
         )
+        yield _counter(
+            f"{p}prefix_cache_resets_total",
+            "Times the prefix cache was emptied (POST /reset_prefix_cache or /flush_cache).",
+            cache.resets,
+        )
 
     def _span_families(self) -> Iterator[Metric]:
         """None without --otlp-traces-endpoint: absent, not zero."""

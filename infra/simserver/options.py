@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from analysis.errors import UsageError
 from infra.simserver.config import SimConfig
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
@@ -35,6 +36,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     opt("--port", 8000, type=int, help="port; 0 picks a free one (default 8000)")
     opt("--port-file", type=Path, metavar="PATH", help="write the bound port to PATH")
     opt("--model-name", help="served model id (default llmload-sim-<profile>)")
+    opt(
+        "--served-models",
+        "",
+        metavar="A,B",
+        help="serve several model ids (the first is the default), instead of --model-name",
+    )
+    opt(
+        "--model-cost",
+        "",
+        metavar="ID:C,...",
+        help="a served model's cost: C steps' work per token, prefill and decode (default 1)",
+    )
+    opt(
+        "--adapters",
+        "",
+        metavar="ID,...",
+        help="served ids that are LoRA adapters of the first: each adds --adapter-overhead-ms",
+    )
+    opt(
+        "--adapter-overhead-ms",
+        1.0,
+        type=float,
+        help="extra time of an engine step whose batch holds an adapter's request (default 1)",
+    )
     opt("--seed", 0, type=int, help="seed of output text, lengths and faults (default 0)")
     opt("--truth-log", type=Path, metavar="FILE", help="append ground truth (JSON lines)")
     opt(
@@ -144,6 +169,24 @@ def profile_from_args(args: argparse.Namespace) -> EngineProfile:
     )
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in (text or "").split(",") if name.strip())
+
+
+def _costs(text: str) -> dict[str, float]:
+    """--model-cost a:1,b:1.5 (the cost after an id's last colon)."""
+    costs: dict[str, float] = {}
+    for item in _names(text):
+        name, _, cost = item.rpartition(":")
+        try:
+            costs[name.strip()] = float(cost)
+        except ValueError:
+            raise UsageError(f"--model-cost {item!r} must be ID:COST, e.g. b:1.5") from None
+        if not name.strip():
+            raise UsageError(f"--model-cost {item!r} must be ID:COST, e.g. b:1.5")
+    return costs
+
+
 def build_config(args: argparse.Namespace) -> SimConfig:
     """Map parsed options onto a checked SimConfig; raises UsageError."""
     config = SimConfig(
@@ -152,6 +195,10 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         port=args.port,
         port_file=args.port_file,
         model_name=args.model_name,
+        served_models=_names(args.served_models),
+        model_costs=_costs(args.model_cost),
+        adapters=_names(args.adapters),
+        adapter_overhead_ms=float(args.adapter_overhead_ms),
         seed=args.seed,
         truth_log=args.truth_log,
         drain_seconds=args.drain_seconds,

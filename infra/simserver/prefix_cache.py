@@ -59,6 +59,7 @@ class PrefixCache:
         self.queries = 0  # prompt tokens of admitted sequences
         self.hits = 0  # of which were found in the cache
         self.evicted_blocks = 0
+        self.resets = 0  # POST /reset_prefix_cache or /flush_cache (api.py)
 
     @property
     def cached_blocks(self) -> int:
@@ -85,6 +86,12 @@ class PrefixCache:
         blocks = self._blocks
         for key in reversed(keys[: cached_tokens // self.block_size]):
             blocks.move_to_end(key)
+
+    def reset(self) -> None:
+        """Empty the cache (vLLM's /reset_prefix_cache, SGLang's /flush_cache). Sequences
+        still running insert their blocks when they end, as usual."""
+        self._blocks.clear()
+        self.resets += 1
 
     def insert(self, keys: Sequence[int]) -> None:
         """Add (or refresh) a sequence's blocks, then evict the least recently used. A

@@ -60,6 +60,7 @@ class GenerationParams:
     prompt: tuple[Hashable, ...] = ()  # the prompt's tokens (words or token ids)
     tool_name: str | None = None  # the function a tool call would name; None: no tools
     tool_forced: bool = False  # tool_choice "required" or a named function
+    model: str | None = None  # the model asked for (None: the default)
 
 
 def _bad(message: str, param: str | None = None) -> RequestRejected:
@@ -192,9 +193,11 @@ def tool_call_choice(body: dict[str, Any]) -> tuple[str | None, bool]:
 
 
 def parse_generation(
-    kind: Kind, raw: bytes, served_model: str, max_model_len: int
+    kind: Kind, raw: bytes, served_model: str | tuple[str, ...], max_model_len: int
 ) -> GenerationParams:
-    """Validate a request body; raises RequestRejected."""
+    """Validate a request body; raises RequestRejected. `served_model`: the id served, or
+    every id served (the first is the default)."""
+    served = (served_model,) if isinstance(served_model, str) else served_model
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -202,10 +205,11 @@ def parse_generation(
     if not isinstance(body, dict):
         raise _bad("request body must be a JSON object")
     model = body.get("model")
-    if model is not None and model != served_model:
+    if model is not None and model not in served:
         raise RequestRejected(
             404,
-            f"The model `{model}` does not exist (this server serves `{served_model}`).",
+            f"The model `{model}` does not exist (this server serves "
+            f"{', '.join(f'`{m}`' for m in served)}).",
             reason="not_found",
             type_="NotFoundError",
             param="model",
@@ -261,4 +265,5 @@ def parse_generation(
         prompt=prompt,
         tool_name=tool_name,
         tool_forced=tool_forced,
+        model=model if isinstance(model, str) else None,
     )

@@ -29,6 +29,7 @@ import gevent.event
 
 from analysis.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.live.board import Board
+from locustfiles.master.cachephase import CachePhase
 from locustfiles.master.clocks import WorkerClocks
 from locustfiles.master.otlp import OtlpReceiver
 from locustfiles.master.search import plan_for
@@ -104,7 +105,11 @@ class RunCoordinator:
             pause=self._pause,
             in_flight=self._in_flight,
             drain_timeout_s=min(options.request_timeout, DRAIN_TIMEOUT_S),
+            before_step=self._cache_phase,
         )  # fmt: skip
+        self.cache_phase = CachePhase(options, environment.host or "",
+                                      model=lambda: self.manifest.target.get("model"),
+                                      note=self.add_probes)  # fmt: skip
         self._pause_id = 0
         self._in_flight_reports: dict[str, tuple[int, int]] = {}  # client -> (pause id, n)
         self.current: dict[str, Any] | None = None
@@ -137,6 +142,8 @@ class RunCoordinator:
             self.add_probes(probes)
             if self.options.model:
                 target["model"] = self.options.model
+                if self.options.model_mix.several:
+                    target["models"] = self.options.model_mix.shares()
             self.manifest.target = target
             self._write()
             self._start_server_metrics()
@@ -190,6 +197,10 @@ class RunCoordinator:
             )  # fmt: skip
         self.environment.runner.send_message(MSG_STEP, self.current)
         self._write()
+
+    def _cache_phase(self, step: int) -> dict[str, Any] | None:
+        """Flush and/or prime the engine's prefix cache before `step` (--cache-phase)."""
+        return self.cache_phase.run(step)
 
     def _pause(self, step: int) -> None:
         """Workers send nothing (a rate search drains a failed level) until the next step."""

@@ -62,7 +62,9 @@ def check_prompts(options: ChatOptions) -> TokenCounter | None:
     if not options.tokenizer:
         return None
     counter = load_tokenizer(options.tokenizer)
-    PromptBuilder(options.seed, counter, options.shared_prefix_tokens)  # raises if unusable
+    PromptBuilder(
+        options.seed, counter, options.prefix_tokens, options.prefix_groups
+    )  # raises if unusable
     return counter
 
 
@@ -121,25 +123,30 @@ def check_model(host: str, options: ChatOptions, models: SentProbe) -> list[Prob
     """A `--model` that `/v1/models` answered without listing is refused (UsageError naming
     the models served) when a one-token request for it is refused too (4xx): some servers list
     other names than they accept (transformers serve lists its hub cache, llama.cpp accepts
-    any name). Returns the probe it sent, if any, for the manifest."""
+    any name). A mix (`a:0.7,b:0.3`) is checked model by model; the first refused is named.
+    Returns the probes it sent, if any, for the manifest."""
     served = served_models(models.reply.json()) if models.reply.status == 200 else []
-    if not options.model or not served or options.model in served:
+    unlisted = [name for name in options.model_mix.names if name not in served]
+    if not served or not unlisted:
         return []
-    body: dict[str, Any] = {"model": options.model, "max_tokens": 1, "stream": False}
-    if options.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": "hi"}]
-    else:
-        body["prompt"] = "hi"
+    sent_probes: list[ProbeRecord] = []
     pool = new_pool()
     try:
-        sent = send_probe(pool, "model", "POST", host.rstrip("/") + options.path, body=body,
-                          api_key=options.api_key(),
-                          timeout=min(options.request_timeout, PROBE_TIMEOUT_S))  # fmt: skip
+        for name in unlisted:
+            body: dict[str, Any] = {"model": name, "max_tokens": 1, "stream": False}
+            if options.endpoint == "chat":
+                body["messages"] = [{"role": "user", "content": "hi"}]
+            else:
+                body["prompt"] = "hi"
+            sent = send_probe(pool, "model", "POST", host.rstrip("/") + options.path, body=body,
+                              api_key=options.api_key(),
+                              timeout=min(options.request_timeout, PROBE_TIMEOUT_S))  # fmt: skip
+            sent_probes.append(sent.record)
+            if refused_status(sent.reply.status):
+                raise UsageError(unknown_model(name, served, host))
     finally:
         pool.clear()
-    if refused_status(sent.reply.status):
-        raise UsageError(unknown_model(options.model, served, host))
-    return [sent.record]
+    return sent_probes
 
 
 def first_request_fix(status: int | None, options: ChatOptions) -> str:
@@ -162,7 +169,7 @@ def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> P
     outcome (answered, 5xx, timeout) lets the run start: a server still warming up is the
     run's to measure. Returns its probe record (purpose `first_request`), for the manifest."""
     served = served_models(models.reply.json()) if models.reply.status == 200 else []
-    model = options.model or (served[0] if served else None)
+    model = options.model_mix.first or (served[0] if served else None)
     body = request_body(options, model, "hi", None, 1, stream=options.stream,
                         continuous_usage=options.continuous_usage == "on",
                         ignore_eos=False)  # fmt: skip

@@ -63,6 +63,7 @@ class Staircase:
         pause: Any = lambda step: None,  # callable(step): tell workers to send nothing
         in_flight: Any = lambda: 0,  # callable() -> open-loop requests in flight (None: unknown)
         drain_timeout_s: float = 600.0,
+        before_step: Any = lambda step: None,  # callable(step) -> the cache phase's record
     ) -> None:
         from locustfiles.master.search import FixedLevels
 
@@ -81,6 +82,7 @@ class Staircase:
         self._pause = pause
         self._in_flight = in_flight
         self.drain_timeout_s = drain_timeout_s
+        self._before_step = before_step
         self._draining: tuple[float, int] | None = None  # (next level, since) while draining
         self._first_tick_ns: int | None = None
         self.min_requests = int(getattr(self.plan, "min_requests", 0) or 0)
@@ -109,10 +111,12 @@ class Staircase:
 
     def _begin(self, index: int, level: float | None = None, after_pause: bool = False) -> None:
         previous = self.target
+        cold = index == COLD_STEP
+        # the cache phase (cachephase.py) runs before the step begins: not in its time
+        cache_phase = None if cold else self._before_step(index)
         self.index = index
         self.level = level
         now = time.time_ns()
-        cold = index == COLD_STEP
         rate = None if cold or not self.rate_mode else level
         self.started_at_ns = now + (int(RATE_LEAD_S * 1e9) if rate is not None else 0)
         self.spawned_at_ns = None
@@ -135,6 +139,8 @@ class Staircase:
                 "ended_at_ns": None,
                 "warmup_s": self.warmup_s,
             }  # fmt: skip
+            if cache_phase is not None:
+                entry["cache_phase"] = cache_phase
             if rate is not None:
                 entry.update(rate=rate, arrival=self.open_loop.get("arrival", "poisson"),
                              max_concurrency=int(self.open_loop.get("max_concurrency") or 0),

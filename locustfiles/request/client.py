@@ -64,13 +64,22 @@ class Limits:
         return min((t for t in limits if t), default=None)
 
 
+IDLE_RECONNECT_NS = 4_000_000_000
+"""A kept-alive connection idle this long is opened anew before the next request: servers
+close idle connections after a few seconds (uvicorn, so vLLM, SGLang and `transformers
+serve`: 5 s), and a request written just as the server closes its end fails with no
+response (RemoteDisconnected) though the server never saw it."""
+
+
 class _Stamped:
     """A connection that timestamps the client's phases (schema 1.4): when it was opened and
-    how long that took, and when a request's first bytes were handed to the kernel."""
+    how long that took, and when a request's first bytes were handed to the kernel. One idle
+    for IDLE_RECONNECT_NS since its last response ended is opened anew first."""
 
     connected_at: int = 0  # perf_counter_ns when it was last opened
     connect_ns: int | None = None  # how long opening it took (TCP, and TLS for https)
     write_at: int = 0  # perf_counter_ns just before the current request's first send
+    idle_since: int = 0  # perf_counter_ns when its last response was read to its end
 
     def connect(self) -> None:
         start = _perf_ns()
@@ -79,6 +88,9 @@ class _Stamped:
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         self.write_at = 0  # a new request on this connection
+        if self.idle_since and _perf_ns() - self.idle_since > IDLE_RECONNECT_NS:
+            self.close()  # type: ignore[attr-defined]  # the server may be closing it now
+        self.idle_since = 0
         super().request(*args, **kwargs)  # type: ignore[misc]
 
     def send(self, data: Any) -> None:
@@ -111,6 +123,14 @@ def new_pool() -> urllib3.PoolManager:
     pool = urllib3.PoolManager(num_pools=4, maxsize=1, block=False, retries=False)
     pool.pool_classes_by_scheme = {"http": _StampedHTTPPool, "https": _StampedHTTPSPool}
     return pool
+
+
+def _release(resp: Any) -> None:
+    """Give a response read to its end back to the pool, its connection marked idle."""
+    conn = getattr(resp, "_connection", None)
+    if isinstance(conn, _Stamped):
+        conn.idle_since = _perf_ns()
+    resp.release_conn()
 
 
 def note_phases(record: RequestRecord, resp: Any, t0: int) -> int:
@@ -207,7 +227,7 @@ def execute(
         if not record.stream:
             data = resp.read()
             record.end_ns = _perf_ns() - t0
-            resp.release_conn()
+            _release(resp)
             parse_body(record, data, chat, counter)
             return record
         state = StreamState(record, chat, counter)
@@ -245,7 +265,7 @@ def execute(
         if watch.expired is not None:  # cut at a clean event boundary
             raise ConnectionAbortedError(watch.expired)
         state.on_end()
-        resp.release_conn()  # read to the real end: the connection is reusable
+        _release(resp)  # read to the real end: the connection is reusable
     except GreenletExit:
         record.end_ns = _perf_ns() - t0
         record.fail("aborted", "in flight when the run stopped", "aborted")

@@ -58,6 +58,9 @@ class StepRecord:
     max_concurrency: int | None = None
     over_cap: str | None = None
     share_workers: list[str] | None = None
+    # --cache-phase: what ran before the step (locustfiles/master/cachephase.py
+    # CachePhaseRecord: phase, flush, flush_route, flush_detail, primed, prime_failed)
+    cache_phase: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ PROBE_PURPOSES = (
     "first_request",
     "target_models",
     "target_version",
+    "cache_flush",
+    "cache_prime",
 )
 
 
@@ -158,6 +163,8 @@ class RunManifest:
             raise ValueError(f"manifest status {self.status!r} is not one of {MANIFEST_STATUSES}")
         target = {name: self.target.get(name) for name in TARGET_FIELDS}
         target["simulated"] = bool(target["simulated"])
+        if self.target.get("models"):  # a model mix (--model a:0.7,b:0.3): each one's share
+            target["models"] = dict(self.target["models"])
         hosts = sorted({*self.hosts, *(w.host for w in self.workers)})
         doc = {
             "schema_version": SCHEMA_VERSION,
@@ -171,7 +178,7 @@ class RunManifest:
             "versions": dict(self.versions),
             "hosts": hosts,
             "workers": [w.to_dict() for w in self.workers],
-            "steps": [vars(s) for s in self.steps],
+            "steps": [_step_doc(s) for s in self.steps],
             "cold_start": dict(self.cold_start),
             "probes": [vars(p) for p in self.probes],
             "search": dict(self.search) if self.search is not None else None,
@@ -263,6 +270,14 @@ def _scrub_values(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str):
         return redact(scrub_url(value) if "://" in value else value, secrets)
     return value
+
+
+def _step_doc(step: StepRecord) -> dict[str, Any]:
+    """A step as the manifest holds it: `cache_phase` only where --cache-phase ran one."""
+    doc = dict(vars(step))
+    if doc["cache_phase"] is None:
+        del doc["cache_phase"]
+    return doc
 
 
 def _iso(moment: datetime) -> str:

@@ -16,6 +16,8 @@ from typing import Any
 from analysis.errors import UsageError
 from locustfiles.run.rules import check_together
 from locustfiles.run.table import OPTION, OPTIONS, TABLE, add_arguments
+from locustfiles.run.tracerun import apply_trace
+from locustfiles.traffic.models import ModelMix, parse_model_mix
 from locustfiles.traffic.spread import Spread
 from locustfiles.traffic.workloads import Workload
 
@@ -51,6 +53,10 @@ class ChatOptions:
     cancel_after_tokens: int
     extra_body: dict[str, Any]
     shared_prefix_tokens: int
+    prefix_groups: int  # --shared-prefix-tokens N is one group of N tokens (from_parsed)
+    prefix_tokens: int
+    cache_phase: str
+    engine_block_size: int
     store_prompts: bool
     spool_dir: str
     finish_timeout: float
@@ -75,6 +81,11 @@ class ChatOptions:
     followup_workload: Workload | None
     tool_rate: float
     tool_latency: Spread
+    trace_format: str  # auto | mooncake | azure | burstgpt (run/tracerun.py)
+    trace_speedup: float
+    trace_start: float
+    trace_duration: float
+    trace_block_tokens: int
 
     @property
     def sessions(self) -> bool:
@@ -84,6 +95,11 @@ class ChatOptions:
             or self.tool_rate > 0
             or self.workload.spec.startswith("conversations:")
         )
+
+    @property
+    def model_mix(self) -> ModelMix:
+        """--model parsed: one model, a weighted mix, or none (the server's first)."""
+        return parse_model_mix(self.model)
 
     @property
     def mode(self) -> str:
@@ -111,6 +127,7 @@ class ChatOptions:
         out.update(turns=self.turns.spec, think_time=self.think_time.spec,
                    tool_latency=self.tool_latency.spec)  # fmt: skip
         out["history"] = "full" if not self.history else f"window:{self.history}"
+        out["trace_speedup"] = f"{self.trace_speedup:g}"  # as written: a Spec's text
         out.update(self.metadata)  # top level: the report reads e.g. config.hardware
         return out
 
@@ -138,6 +155,7 @@ def from_parsed(ns: Any) -> ChatOptions:
     def given(name: str) -> bool:
         return bool(values[name] != OPTION[name].default_setting)
 
+    apply_trace(values, given)  # a trace workload sets the rate step (run/tracerun.py)
     check_together(values, given, lambda name: OPTION[name].cli())
     values.update(
         stream=not values.pop("no_stream"),
@@ -146,4 +164,6 @@ def from_parsed(ns: Any) -> ChatOptions:
         stall_timeout=values["stall_timeout"] or None,
         metadata=_unshadowed(values["metadata"]),
     )
+    if values["shared_prefix_tokens"]:  # one prefix shared by all: one group
+        values.update(prefix_groups=1, prefix_tokens=values["shared_prefix_tokens"])
     return ChatOptions(**values)

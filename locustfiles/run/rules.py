@@ -24,6 +24,7 @@ def check_together(
     _check_warmup(values, say)
     _check_open_loop(values, given, say)
     _check_search(values, say)
+    _check_prefix_groups(values, given, say)
 
 
 def _check_warmup(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
@@ -72,3 +73,24 @@ def _check_search(values: Mapping[str, Any], say: Callable[[str], Voice]) -> Non
             "at least one step objective", "a step objective to judge each level by"
         )
         search.fail(f"needs {slo.ref} with {objective}, e.g. {slo.example('ttft_p99=0.5')}")
+
+
+def _check_prefix_groups(
+    values: Mapping[str, Any], given: Callable[[str], bool], say: Callable[[str], Voice]
+) -> None:
+    """--prefix-groups and --prefix-tokens go together, not with --shared-prefix-tokens (one
+    group); priming needs prefixes to prime. (A campaign file sets these through `extra`.)"""
+    n_groups, n_tokens = values.get("prefix_groups", 0), values.get("prefix_tokens", 0)
+    shared_tokens, phase = values.get("shared_prefix_tokens", 0), values.get("cache_phase", "none")
+    groups, tokens, shared = say("prefix_groups"), say("prefix_tokens"), say("shared_prefix_tokens")
+    if shared_tokens and (n_groups or n_tokens):
+        shared.conflict(groups, f"give {shared.ref} (one prefix) or {groups.ref} and "
+                                f"{tokens.ref}, not both")  # fmt: skip
+    if n_groups and not n_tokens:
+        tokens.fail(f"is needed with {groups.ref}: the length of each prefix, "
+                    f"e.g. {tokens.example(256)}")  # fmt: skip
+    if n_tokens and not n_groups:
+        groups.fail(f"is needed with {tokens.ref}: how many prefixes, e.g. {groups.example(4)}")
+    if "prime" in phase and not (n_groups or shared_tokens):
+        say("cache_phase").being(phase, f"primes the shared prefixes: give {groups.ref} and "
+                                 f"{tokens.ref} (or {shared.ref}), e.g. {groups.example(4)}")  # fmt: skip

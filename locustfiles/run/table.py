@@ -42,7 +42,9 @@ from locustfiles.run.parsers import (
     parse_run_id,
     parse_steps,
 )
+from locustfiles.run.tracerun import parse_speedup
 from locustfiles.run.voice import CliVoice, FileVoice, as_arg
+from locustfiles.traffic.models import check_model_mix
 from locustfiles.traffic.spread import parse_spread
 from locustfiles.traffic.workloads import parse_workload
 
@@ -104,7 +106,9 @@ _AUTO = Choice(("auto", "on", "off"))
 
 # Help texts are the documentation: README lists every flag.
 TABLE: tuple[Option, ...] = (
-    Option("--model", "", Kind(), "model id to request (default: first id from /v1/models)",
+    Option("--model", "", Checked(check_model_mix, "is not a valid model mix: {error}"),
+           "model id to request (default: first id from /v1/models), or a mix picked per "
+           "request: a:0.7,b:0.3 (weights normalised; a,b: equal shares)",
            key="target.model", always=True),
     Option("--api-key-env", "OPENAI_API_KEY",
            Checked(parse_env_name, "must name an environment variable (e.g. OPENAI_API_KEY), not {value!r}"),
@@ -115,7 +119,8 @@ TABLE: tuple[Option, ...] = (
     Option("--no-stream", False, Switch(), "send non-streaming requests (TTFT then equals E2E)"),
     Option("--workload", "D(128,64)",
            Spec(_text(parse_workload), "D(128,64)", numbers=False, in_file="is not a valid workload: {error}"),
-           "length mix: D(in,out), N(m,sd)/(m,sd), U(a,b)/(a,b), weighted sums, dataset:PATH.jsonl",
+           "length mix: D(in,out), N(m,sd)/(m,sd), U(a,b)/(a,b), weighted sums, dataset:PATH.jsonl, "
+           "or trace:PATH (replay a recorded trace, --trace-*)",
            key="workload", always=True),
     Option("--turns", "1", Spec(partial(parse_spread, integer=True), "3 or U(2,5)"),
            "sessions: turns per conversation, N or U(a,b) (1: single requests)", key="turns"),
@@ -147,6 +152,16 @@ TABLE: tuple[Option, ...] = (
     Option("--over-cap", "wait", Choice(("wait", "drop")),
            "open loop: an arrival over --max-concurrency waits for a slot, or is dropped (counted)",
            key="over_cap", needs="rates"),
+    Option("--trace-format", "auto", Choice(("auto", "mooncake", "azure", "burstgpt")),
+           "trace replay: the format of --workload trace:PATH (auto: detected from its first line)", key="trace_format"),
+    Option("--trace-speedup", "1", Spec(_text(parse_speedup), "10"),
+           "trace replay: how many times faster than recorded the trace's arrivals come (10: ten times)", key="trace_speedup"),
+    Option("--trace-start", 0.0, Seconds(positive=False),
+           "trace replay: seconds into the trace (from its first request) where the replayed window starts", key="trace_start"),
+    Option("--trace-duration", 0.0, Seconds(positive=False),
+           "trace replay: seconds of the trace (before the speedup) replayed from --trace-start (0: to the end)", key="trace_duration"),
+    Option("--trace-block-tokens", 512, Count(minimum=1),
+           "trace replay: tokens per Mooncake hash_ids block; equal leading ids give byte-identical prompt prefixes", key="trace_block_tokens"),
     Option("--search", "off", Choice(("off", "concurrency", "rate")),
            "capacity search: --steps (concurrency) or --rates (rate) until --slo fails, then bisect",
            key="search"),
@@ -198,7 +213,19 @@ TABLE: tuple[Option, ...] = (
            "JSON object merged into every request body (not model, messages, prompt, max_tokens, "
            "max_completion_tokens, stream, stream_options or n: llmload sets those)"),
     Option("--shared-prefix-tokens", 0, Count(minimum=0),
-           "tokens of prompt prefix shared by all requests (prefix-cache experiments)"),
+           "tokens of prompt prefix shared by all requests (prefix-cache experiments; "
+           "the same as --prefix-groups 1 --prefix-tokens N)"),
+    Option("--prefix-groups", 0, Count(minimum=0),
+           "shared system prompts: each request starts with one of G seeded prefixes of "
+           "--prefix-tokens tokens, picked at random (0: none)", key="prefix_groups"),
+    Option("--prefix-tokens", 0, Count(minimum=0),
+           "tokens of each --prefix-groups prefix", key="prefix_tokens"),
+    Option("--cache-phase", "none", Choice(("none", "flush", "prime", "flush+prime")),
+           "before each step: empty the engine's prefix cache (flush: POST /reset_prefix_cache, "
+           "else /flush_cache) and/or send each shared prefix once (prime), outside the step", key="cache_phase"),
+    Option("--engine-block-size", 16, Count(minimum=1),
+           "the engine's prefix-cache block size in tokens: the report's implied cached share "
+           "counts whole blocks", key="engine_block_size"),
     Option("--store-prompts", False, Switch(),
            "store prompt text in the events (default: length and SHA-256 only)"),
     Option("--spool-dir", "", Checked(local_folder("--spool-dir")),

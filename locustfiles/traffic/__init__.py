@@ -1,5 +1,6 @@
 """What to send and when: workload mixes and datasets, prompts of exact lengths, sessions
-and agents' turns, open-loop arrival schedules, and the spread of a varying number."""
+and agents' turns, open-loop arrival schedules, recorded traces replayed, and the spread of
+a varying number."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ __all__ = [
     "Schedule",
     "Session",
     "Spread",
+    "TraceReplay",
     "Turn",
     "Workload",
     "parse_distribution",
     "parse_spread",
+    "load_trace",
     "parse_workload",
     "prompt_hash",
 ]
@@ -31,10 +34,12 @@ __getattr__ = public_face(
         "Schedule": "arrivals",
         "Session": "sessions",
         "Spread": "spread",
+        "TraceReplay": "trace",
         "Turn": "sessions",
         "Workload": "workloads",
         "parse_distribution": "distribution",
         "parse_spread": "spread",
+        "load_trace": "trace",
         "parse_workload": "workloads",
         "prompt_hash": "prompts",
     },

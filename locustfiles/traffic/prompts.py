@@ -15,7 +15,11 @@ every request.
 
 Each prompt continues with a few pieces drawn at random and then a run of a long shuffled
 corpus from a random place, so two requests share no prefix beyond the anchor (no accidental
-prefix-cache hits) unless `shared_prefix_tokens` asks for one.
+prefix-cache hits) unless `shared_prefix_tokens` asks for one. With `prefix_groups` G > 1
+there are G such prefixes (`--prefix-groups`, `--prefix-tokens`), drawn from the seed one
+after the other: alike but for the anchor, so the engine's cache holds each group's blocks
+apart; each prompt starts with one of them, picked by the caller's seeded generator
+(`prime_text` is a prefix on its own, to warm the cache with: `--cache-phase prime`).
 
 Cost per prompt of 2,000 tokens (bench/bench_prompts.py, docs/benchmarks.md): about 20 us
 when the pieces are exact by construction (no tokenizer call), about 2 ms when each prompt
@@ -64,8 +68,10 @@ class PromptBuilder:
         seed: int,
         counter: TokenCounter | None = None,
         shared_prefix_tokens: int = 0,
+        prefix_groups: int = 1,
     ) -> None:
         self.counter = counter
+        self._seed = seed
         self.pieces = word_pieces(seed) if counter is None else choose_pieces(counter, seed)
         if counter is not None:
             log.info("llmload: prompts for tokenizer %s: %s", counter.name, self.pieces.describe())
@@ -77,22 +83,27 @@ class PromptBuilder:
         self._head = math.ceil(48 / math.log2(len(pool)))
         anchor = self.pieces.anchor
         more = max(0, shared_prefix_tokens - self.pieces.anchor_tokens)
-        self.shared_prefix = [anchor, *rng.choices(pool, k=more)]
+        self.prefixes = [[anchor, *rng.choices(pool, k=more)] for _ in range(max(1, prefix_groups))]
+        self.shared_prefix = self.prefixes[0]  # the one prefix (the first group's)
         self.calibration = Calibration()
         self.inexact = 0  # prompts sent a token count off the tokenizer's (non-exact pieces)
         self._warned_short = False
 
-    def text(self, units: int, rng: random.Random) -> str:
+    def text(self, units: int, rng: random.Random, prefixed: bool = True) -> str:
         """A prompt of exactly `units` tokens of the tokenizer (without one: `units` words):
-        the anchor and shared prefix, pieces drawn one by one, then a run of the corpus."""
-        parts = self._parts(units, rng)
+        the anchor and shared prefix (one group's, drawn from `rng` when there are several;
+        none but the anchor when not `prefixed`), pieces drawn one by one, then a run of the
+        corpus."""
+        parts = self._parts(units, rng, prefixed)
         if self.counter is None or self.pieces.exact:
             return "".join(parts)
         return self._fit(parts, units, rng)
 
-    def _parts(self, units: int, rng: random.Random) -> list[str]:
+    def _parts(self, units: int, rng: random.Random, prefixed: bool = True) -> list[str]:
         rest = units - self.pieces.anchor_tokens + 1  # pieces after the anchor, plus one
-        parts = self.shared_prefix[: max(1, rest)]
+        prefixes = self.prefixes
+        prefix = prefixes[rng.randrange(len(prefixes))] if len(prefixes) > 1 else prefixes[0]
+        parts = (prefix if prefixed else prefix[:1])[: max(1, rest)]
         rest -= len(parts)
         if rest <= 0:
             return parts
@@ -154,6 +165,39 @@ class PromptBuilder:
             )  # fmt: skip
         return self.text(cal.units_for(tokens), rng)
 
+    def build_blocks(
+        self, tokens: int, rng: random.Random, blocks: tuple[int, ...], block_tokens: int
+    ) -> str:
+        """A prompt of `tokens` prompt tokens that begins with a trace's prefix blocks (its
+        hash ids, `block_tokens` each, cut where the prompt ends), then its own pieces.
+        Block `h` is the same pieces in every prompt (seeded by the run's seed and `h`; the
+        first block starts with the anchor), so prompts with the same leading ids share a
+        byte-identical prefix, as long as the blocks' pieces are exact for the tokenizer."""
+        cal = self.calibration
+        units = cal.units_for(tokens)
+        block_units = max(1, round(block_tokens / cal.per_unit))
+        anchor_tokens = self.pieces.anchor_tokens
+        wanted = max(1, units - anchor_tokens + 1)  # pieces of the prompt, the anchor one
+        parts: list[str] = []
+        for j, hash_id in enumerate(blocks):
+            if len(parts) >= wanted:
+                break
+            block = random.Random(f"llmload-block:{self._seed}:{hash_id}")
+            if j == 0:
+                k = max(0, block_units - anchor_tokens)
+                parts += [self.pieces.anchor, *block.choices(self._pool, k=k)]
+            else:
+                parts += block.choices(self._pool, k=block_units)
+        parts = parts[:wanted]
+        if len(parts) < wanted:  # the prompt's own pieces: as any prompt's after its anchor
+            rest = wanted - len(parts) if parts else wanted - 1
+            parts = (parts or [self.pieces.anchor]) + self._parts(
+                rest + anchor_tokens, rng, prefixed=False
+            )[1:]
+        if self.counter is None or self.pieces.exact:
+            return "".join(parts)
+        return self._fit(parts, units, rng)
+
     def calibrate(
         self, probe: Callable[[str], int | None], small: int = 16, large: int = 272
     ) -> Calibration:
@@ -161,8 +205,8 @@ class PromptBuilder:
 
         With a tokenizer the fit is against its own count of the two probes: one server token
         per token (exact prompts) unless the server counts differently (a warning)."""
-        rng = random.Random(0)
-        texts = [self.text(small, rng), self.text(large, rng)]
+        rng = random.Random(0)  # no shared prefix: the probes warm no group's cache blocks
+        texts = [self.text(small, rng, prefixed=False), self.text(large, rng, prefixed=False)]
         p_small, p_large = probe(texts[0]), probe(texts[1])
         if p_small is None or p_large is None or p_large <= p_small:
             return self.calibration
@@ -177,6 +221,11 @@ class PromptBuilder:
             )  # fmt: skip
         self.calibration = Calibration(p_small - per_unit * u_small, per_unit, "server")
         return self.calibration
+
+    def prime_text(self, group: int, tail: int, rng: random.Random) -> str:
+        """Group `group`'s prefix and `tail` pieces drawn from `rng`: a prompt that leaves the
+        prefix's blocks in the engine's cache (`--cache-phase prime`)."""
+        return "".join([*self.prefixes[group], *rng.choices(self._pool, k=tail)])
 
 
 def prompt_hash(text: str) -> str:

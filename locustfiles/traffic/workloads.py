@@ -11,6 +11,8 @@ Grammar (weights optional, normalised; components joined with `+`):
                                        optional "prompt_tokens" (its known length)
     conversations:PATH.jsonl           recorded multi-turn chats (ShareGPT "conversations"
                                        or "messages"), replayed turn by turn as sessions
+    trace:PATH                         a recorded trace (Mooncake JSONL, Azure or BurstGPT
+                                       CSV) replayed by its timestamps (trace.py)
 
 Each length is a distribution of the one grammar for a varying number (distribution.py):
 D's sides are fixed values, the N and U sides its N(mean,sd) and U(a,b), in whole tokens.
@@ -39,6 +41,7 @@ from locustfiles.traffic.distribution import (
     Distribution,
     parse_distribution,
 )
+from locustfiles.traffic.trace import TraceReplay, trace_path
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,8 @@ class RequestSpec:
     prompt_text: str | None = None
     messages: list[dict[str, Any]] | None = None
     conversation: Conversation | None = None  # a recorded chat, replayed turn by turn
+    prefix_blocks: tuple[int, ...] = ()  # a trace's hash_ids: shared blocks begin the prompt
+    block_tokens: int = 0  # tokens per prefix block
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,27 @@ class _Conversations:
         chat = self.rows[rng.randrange(len(self.rows))]
         first, first_max = chat.turns[0]
         return RequestSpec(self.name, None, first_max, prompt_text=first, conversation=chat)
+
+
+@dataclass
+class _Trace:
+    """A recorded trace (trace.py): arrival i sends the window's row i. `replay` is the
+    window, loaded once the --trace-* options are known (run/tracerun.py)."""
+
+    name: str
+    path: Path
+    replay: TraceReplay | None = None
+
+    def spec(self, index: int) -> RequestSpec:
+        assert self.replay is not None, "the trace is not loaded"
+        row = self.replay.rows[index]
+        return RequestSpec(self.name, row.input_length, row.output_length,
+                           prefix_blocks=row.hash_ids, block_tokens=self.replay.block_tokens)  # fmt: skip
+
+    def sample(self, rng: random.Random) -> RequestSpec:
+        """A random row (the cold phase's requests, which no arrival schedules)."""
+        assert self.replay is not None, "the trace is not loaded"
+        return self.spec(rng.randrange(len(self.replay.rows)))
 
 
 _SPEAKERS = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
@@ -201,6 +227,12 @@ class Workload:
     @property
     def scenarios(self) -> list[str]:
         return [c.name for c in self.components]
+
+    @property
+    def trace(self) -> _Trace | None:
+        """A `trace:PATH` workload's requests (sent by arrival index), else None."""
+        first = self.components[0] if self.components else None
+        return first if isinstance(first, _Trace) else None
 
 
 class WorkloadSampler:
@@ -319,6 +351,9 @@ def parse_workload(spec: str) -> Workload:
         return Workload(text, [_load_dataset(text)], [1.0])
     if text.startswith("conversations:"):
         return Workload(text, [_load_conversations(text)], [1.0])
+    if text.startswith("trace:"):
+        path = trace_path(text)
+        return Workload(text, [_Trace(f"trace:{path.name}", path)], [1.0])
     components: list[Any] = []
     weights: list[float] = []
     for part in text.split("+"):

@@ -90,7 +90,9 @@ class WorkerContext:
         self.counter: TokenCounter | None = (
             load_tokenizer(options.tokenizer) if options.tokenizer else None
         )
-        self.prompts = PromptBuilder(options.seed, self.counter, options.shared_prefix_tokens)
+        self.prompts = PromptBuilder(
+            options.seed, self.counter, options.prefix_tokens, options.prefix_groups
+        )
         self.sampler = options.workload.sampler(options.seed, worker_index)
         followup = options.followup_workload or options.workload
         self.followup_sampler = followup.sampler(options.seed + 1_000_003, worker_index)
@@ -102,7 +104,9 @@ class WorkerContext:
             stall_timeout=options.stall_timeout,
             max_event_bytes=options.max_event_bytes,
         )
-        self.model: str | None = options.model or None
+        mix = options.model_mix
+        self.model: str | None = mix.first  # probes' model (None: learned from /v1/models)
+        self.models = mix.sampler(options.seed, worker_index)  # each request's model
         self.ignore_eos = options.ignore_eos == "on"
         self.continuous_usage = options.continuous_usage == "on"
         self._ready = False
@@ -161,8 +165,8 @@ class WorkerContext:
         return probe_headers(request_id, self.options.api_key())
 
     def body(self, prompt: str | None, messages: list[dict[str, Any]] | None, max_tokens: int | None,
-             stream: bool, probe: bool = False) -> dict[str, Any]:  # fmt: skip
-        return request_body(self.options, self.model, prompt, messages, max_tokens,
+             stream: bool, probe: bool = False, model: str | None = None) -> dict[str, Any]:  # fmt: skip
+        return request_body(self.options, model or self.model, prompt, messages, max_tokens,
                             stream=stream, continuous_usage=self.continuous_usage,
                             ignore_eos=self.ignore_eos and not probe)  # fmt: skip
 
@@ -255,11 +259,13 @@ class WorkerContext:
     # -- requests ----------------------------------------------------------------------
     def run_session(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
                     on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:  # fmt: skip
-        """One multi-turn session (sessions.py) on `pool`; its first turn is `arrival`'s."""
+        """One multi-turn session (sessions.py) on `pool`; its first turn is `arrival`'s.
+        Every turn asks for the same model (one drawn per session from a --model mix)."""
         self.ensure_ready(pool)
+        model = self.models.pick() or self.model
 
         def send(turn: Turn) -> RequestRecord | None:
-            record = self.run_one(pool, arrival if turn.index == 0 else None, turn)
+            record = self.run_one(pool, arrival if turn.index == 0 else None, turn, model)
             if record is not None and on_record is not None:
                 on_record(record)
             return record
@@ -267,12 +273,12 @@ class WorkerContext:
         return Session(self, self.rng).run(send)
 
     def run_one(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
-                turn: Turn | None = None) -> RequestRecord | None:  # fmt: skip
+                turn: Turn | None = None, model: str | None = None) -> RequestRecord | None:  # fmt: skip
         """Build, send and record one request. Returns the record (None if not sent).
 
         `arrival`: an open-loop arrival (openloop.py): its step and schedule, not the
         current step, go on the record. `turn`: a session's turn (sessions.py): its
-        messages are the prompt."""
+        messages are the prompt. `model`: its model (None: one drawn from the --model mix)."""
         self.ensure_ready(pool)
         if self.halted is not None:  # not sent: an open-loop arrival still leaves its row
             if arrival is not None:
@@ -286,14 +292,19 @@ class WorkerContext:
                                messages=turn.messages)  # fmt: skip
             text = json.dumps(turn.messages, sort_keys=True)
         else:
-            spec = self.sampler.sample()
+            trace = self.options.workload.trace  # a trace's arrival i sends its row i
+            if trace is not None and arrival is not None:
+                spec = trace.spec(arrival.index)
+            else:
+                spec = self.sampler.sample()
             if spec.messages is not None:
                 text = json.dumps(spec.messages, sort_keys=True)
             elif spec.prompt_text is not None:
                 text = spec.prompt_text
             else:
-                text = self.prompts.build(spec.prompt_tokens or 1, self.rng)
+                text = self._prompt(spec)
         request_id = uuid.uuid4().hex
+        model = model or self.models.pick() or self.model
         record = RequestRecord(
             request_id=request_id,
             step=step.step if arrival is None else arrival.step,
@@ -301,7 +312,7 @@ class WorkerContext:
             cold=step.cold and arrival is None,
             scenario=spec.scenario,
             endpoint=self.options.endpoint,
-            model=self.model,
+            model=model,
             stream=self.options.stream,
             prompt_tokens_requested=spec.prompt_tokens,
             max_tokens=spec.max_tokens,
@@ -318,7 +329,7 @@ class WorkerContext:
             record.intended_ns = arrival.intended_ns
             record.queued_ns = arrival.queued_ns
         prompt = None if spec.messages is not None else text
-        body = self.body(prompt, spec.messages, spec.max_tokens, self.options.stream)
+        body = self.body(prompt, spec.messages, spec.max_tokens, self.options.stream, model=model)
         if turn is not None and turn.offer_tools:
             body["tools"] = TOOLS
         cancel = None
@@ -359,6 +370,13 @@ class WorkerContext:
             self.sent += 1
         return record
 
+    def _prompt(self, spec: RequestSpec) -> str:
+        """A built prompt of the spec's length (a trace's: beginning with its prefix blocks)."""
+        if spec.prefix_blocks:
+            return self.prompts.build_blocks(spec.prompt_tokens or 1, self.rng,
+                                             spec.prefix_blocks, spec.block_tokens)  # fmt: skip
+        return self.prompts.build(spec.prompt_tokens or 1, self.rng)
+
     def _check_refused(self, record: RequestRecord) -> None:
         """Until a request is answered otherwise: REFUSED_AT_START refusals stop the run."""
         if not refused_status(record.http_status):
@@ -380,7 +398,8 @@ class WorkerContext:
         """An open-loop arrival not sent (the cap): a `dropped` row, no response times."""
         record = RequestRecord(
             request_id=uuid.uuid4().hex, step=arrival.step, concurrency=arrival.concurrency,
-            cold=False, scenario="", endpoint=self.options.endpoint, model=self.model,
+            cold=False, scenario="", endpoint=self.options.endpoint,
+            model=self.models.pick() or self.model,
             stream=self.options.stream, prompt_tokens_requested=None, max_tokens=None,
             prompt_sha256="", sent_at_ns=time.time_ns(), status="dropped",
             error_detail=why, rate=arrival.rate, arrival_index=arrival.index,

@@ -9,6 +9,10 @@ index, its intended send time and, under `--max-concurrency`, how long it waited
 recorded as `dropped` and not sent. Slip (sent_at - intended - queued) is then the
 generator's own lateness, which the report checks.
 
+A trace replay's step (`arrival` "trace", `--workload trace:PATH`) walks the trace's own
+schedule (locustfiles/traffic/trace.py), which ends: after its last arrival the dispatcher
+waits for the next step or the end of the run, and arrival i sends the trace's row i.
+
 A step that follows a rate step begins RATE_LEAD_S after its announcement (steps.py): the
 old schedule's arrivals due before that keep their old step; then the new schedule starts.
 Requests still in flight at a step change finish under their own step. A capacity search
@@ -165,7 +169,10 @@ class Dispatcher:
                     return  # the next step's time: its arrivals, not these
             self._drop(Arrival(plan.step, plan.rate, plan.max_concurrency, index, intended),
                        DUE_AT_STOP)  # fmt: skip
-            index, offset_s = next(rest)
+            following_arrival = next(rest, None)
+            if following_arrival is None:  # a trace's schedule ends
+                return
+            index, offset_s = following_arrival
             intended = plan.starts_at_ns + int(offset_s * 1e9)
 
     # -- the schedule ------------------------------------------------------------------
@@ -201,9 +208,7 @@ class Dispatcher:
         slots = gevent.lock.BoundedSemaphore(cap) if cap else None
         # intended times are wall ns on this worker's clock; the waits use the monotonic clock
         perf_origin = _perf_ns() - time.time_ns()
-        share = Schedule(plan.rate, plan.arrival, plan.seed, plan.step).share(
-            plan.position, plan.count
-        )
+        share = self._schedule(plan)
         for index, offset_s in share:
             intended = plan.starts_at_ns + int(offset_s * 1e9)
             self._next = (plan, share, index, intended)
@@ -225,7 +230,22 @@ class Dispatcher:
             arrival = Arrival(plan.step, plan.rate, plan.max_concurrency, index, intended)
             self._unstarted[(plan.step, index)] = arrival
             self.requests.spawn(self._send, arrival, slots, plan.over_cap)
-        return None  # an endless schedule: not reached
+        # a trace's schedule ends: wait for the next step (or the end of the run)
+        while self.step.version == plan.version and not self.stopped:
+            self._changed.wait()
+            self._changed.clear()
+        return self._snapshot()
+
+    def _schedule(self, plan: _Plan) -> Iterator[tuple[int, float]]:
+        """This worker's share of the step's arrivals: a trace's own (`--workload trace:`),
+        else the drawn schedule of the step's rate and arrival process."""
+        if plan.arrival == "trace":
+            trace = self.ctx.options.workload.trace
+            assert trace is not None and trace.replay is not None, "a trace step without a trace"
+            return trace.replay.share(plan.position, plan.count)
+        return Schedule(plan.rate, plan.arrival, plan.seed, plan.step).share(
+            plan.position, plan.count
+        )
 
     # -- one arrival -------------------------------------------------------------------
     def _send(self, arrival: Arrival, slots: gevent.lock.BoundedSemaphore | None,

@@ -492,11 +492,6 @@ def test_llmload_run_exact_prompts_and_forced_lengths(
     assert (sums == ok["completion_tokens"]).all()
 
 
-def _has_otlp_listen() -> bool:
-    return importlib.util.find_spec("locustfiles.master.otlp") is not None
-
-
-@pytest.mark.skipif(not _has_otlp_listen(), reason="this llmload has no --otlp-listen yet")
 def test_llmload_run_receives_a_span_for_every_request(
     server: VllmServe, sink: SpanSink, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -536,3 +531,33 @@ def test_llmload_run_receives_a_span_for_every_request(
     tokens = row.loc[joined_ids[mine.index], ["prompt_tokens", "completion_tokens"]]
     assert (mine["prompt_tokens"].to_numpy() == tokens["prompt_tokens"].to_numpy()).all()
     assert (mine["completion_tokens"].to_numpy() == tokens["completion_tokens"].to_numpy()).all()
+
+
+MOONCAKE = ROOT / "examples" / "traces" / "mooncake.jsonl"
+TRACE_WINDOW_S = 10.0  # 43 requests, up to 3,069 prompt tokens: a few seconds of CPU each
+
+
+def test_llmload_replays_the_mooncake_example(
+    server: VllmServe, tiny_model: Path, tmp_path: Path
+) -> None:
+    """The bundled Mooncake trace (its first 10 s, ten times as fast) replayed against vLLM:
+    every arrival of the window sent once, none failed, each prompt of the trace's exact
+    length (the model's tokenizer) and each output of its length (ignore_eos)."""
+    rows = [json.loads(line) for line in MOONCAKE.read_text().splitlines() if line.strip()]
+    first = rows[0]["timestamp"]
+    window = [r for r in rows if (r["timestamp"] - first) / 1000 < TRACE_WINDOW_S]
+    result = run_locust(server.url, tmp_path / "runs", "--model", server.model_id,
+                        "--workload", f"trace:{MOONCAKE}", "--trace-speedup", "10",
+                        "--trace-duration", str(TRACE_WINDOW_S), "--cold-requests", "0",
+                        "--step-duration", "45",  # room for the CPU engine to answer them all
+                        "--tokenizer", str(tiny_model), timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.output[-4000:] + "\n--- vLLM ---\n" + server.log_tail()
+    requests, _, manifest = result.events()
+    assert manifest["status"] == "finished"
+    assert len(requests) == len(window) and requests["request_id"].is_unique
+    failed = requests[requests["status"] != "ok"]
+    assert failed.empty, failed[["status", "error_kind", "error_detail"]].to_string()
+    by_index = requests.sort_values("arrival_index")
+    assert by_index["prompt_tokens_requested"].tolist() == [r["input_length"] for r in window]
+    assert (by_index["prompt_tokens"] == by_index["prompt_tokens_requested"]).all()
+    assert by_index["completion_tokens"].tolist() == [r["output_length"] for r in window]

@@ -78,3 +78,21 @@ def test_a_pool_without_stamps_keeps_the_decision_as_the_origin(sim_factory: Sim
     record = _send(urllib3.PoolManager(retries=False), sim.port, "c" * 32)
     assert record.status == "ok"
     assert record.connect_new is None and record.client_delay_ns is None
+
+
+def test_a_connection_idle_past_the_servers_keep_alive_is_opened_anew(
+    sim_factory: SimFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Servers close idle connections after a few seconds (uvicorn: 5 s); a request written
+    as they do fails unseen. A connection idle past IDLE_RECONNECT_NS is opened anew first."""
+    from locustfiles.request import client
+
+    monkeypatch.setattr(client, "IDLE_RECONNECT_NS", 50_000_000)
+    sim = sim_factory("--output-len", "4")
+    pool = new_pool()
+    first = _send(pool, sim.port, "d" * 32)
+    at_once = _send(pool, sim.port, "e" * 32)
+    time.sleep(0.1)
+    after_idle = _send(pool, sim.port, "f" * 32)
+    assert [r.status for r in (first, at_once, after_idle)] == ["ok"] * 3
+    assert [r.connect_new for r in (first, at_once, after_idle)] == [True, False, True]

@@ -70,7 +70,8 @@ def no_sessions() -> dict[str, Any]:
         "sessions": None, "sessions_complete": None, "sessions_error": None,
         "sessions_cut": None, "session_turns_mean": nan, "session_e2e_p50_s": nan,
         "session_e2e_p99_s": nan, "tool_wait_s_mean": nan, "think_s_mean": nan,
-        "cached_tokens_pct": nan,
+        "cached_tokens_pct": nan, "cached_implied_pct": nan, "cache_phase": None,
+        "cache_flush": None, "cache_primed": None,
     }  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""Kolmogorov–Smirnov test of samples against the exponential distribution (no scipy)."""
+"""Kolmogorov–Smirnov tests: samples against the exponential distribution, and two samples
+against each other (no scipy)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,23 @@ def ks_exponential(samples: Sequence[float], rate: float) -> tuple[float, float]
         cdf = 1.0 - math.exp(-rate * x)
         d = max(d, (i + 1) / n - cdf, cdf - i / n)
     return d, kolmogorov_p(d, n)
+
+
+def ks_two_sample(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(D statistic, asymptotic p-value) of the two-sample test: are `a` and `b` drawn from
+    the same distribution?"""
+    xs, ys = sorted(a), sorted(b)
+    n, m = len(xs), len(ys)
+    i = j = 0
+    d = 0.0
+    while i < n and j < m:
+        x = min(xs[i], ys[j])
+        while i < n and xs[i] <= x:
+            i += 1
+        while j < m and ys[j] <= x:
+            j += 1
+        d = max(d, abs(i / n - j / m))
+    return d, kolmogorov_p(d, round(n * m / (n + m)))
 
 
 def kolmogorov_p(d: float, n: int) -> float:

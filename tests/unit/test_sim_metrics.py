@@ -17,6 +17,7 @@ class Cache:
     cached_blocks: int = 3
     capacity_blocks: int = 8
     evicted_blocks: int = 1
+    resets: int = 0
 
 
 @dataclass
@@ -69,5 +70,5 @@ def test_prefix_cache_metrics_are_absent_when_off_and_the_hit_rate_before_a_quer
 def test_the_exposition_declares_every_family_once(capacity: int) -> None:
     text = render(SimStats(), Engine(kv_capacity_tokens=capacity, cache=Cache()), "m")
     types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
-    assert len(types) == len(set(types)) == 33
+    assert len(types) == len(set(types)) == 34
     assert "llmload_sim_requests_finished_total" in types and "vllm:num_requests_running" in types
