@@ -117,8 +117,14 @@ def spans_key(source: str, seq: int) -> str:
     return f"{SPANS_FOLDER}/part-{source}-{seq:06d}.parquet"
 
 
+def parse_spans_key(key: str) -> tuple[str, int] | None:
+    """The source and sequence of a spans part key (relative to the run); None otherwise."""
+    match = _SPANS_RE.match(key)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
 def is_spans_key(key: str) -> bool:
-    return _SPANS_RE.match(key) is not None
+    return parse_spans_key(key) is not None
 
 
 @dataclass

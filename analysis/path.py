@@ -26,6 +26,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.sessions import float_column
 from analysis.spans import REQUEST_SPAN, trace_id_of
 from analysis.stats import SortedSamples
 
@@ -70,12 +71,6 @@ class RequestPath:
         for part in PARTS:
             out[f"{part}_s"] = self.parts[part]
         return out
-
-
-def _float(frame: pd.DataFrame, column: str) -> np.ndarray:
-    if column not in frame:
-        return np.full(len(frame), np.nan)
-    return pd.to_numeric(frame[column], errors="coerce").to_numpy(np.float64)
 
 
 def request_spans(spans: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -125,13 +120,13 @@ def request_path(
     """Each request's path: `sent_ns` its write on the master's clock (aligned), `ttft_s` and
     `e2e_s` its client times from the write; `spans` the run's span rows (None: none)."""
     n = len(requests)
-    delay = _float(requests, "client_delay_ns") / 1e6
+    delay = float_column(requests, "client_delay_ns") / 1e6
     new = (
         requests["connect_new"].astype("boolean").fillna(False).to_numpy(bool)
         if "connect_new" in requests
         else np.zeros(n, bool)
     )
-    connect = np.where(new, _float(requests, "connect_ns") / 1e6, np.nan)
+    connect = np.where(new, float_column(requests, "connect_ns") / 1e6, np.nan)
     parts = {p: np.full(n, np.nan) for p in PARTS}
     timed = request_spans(spans)
     if timed is None or n == 0:
@@ -141,7 +136,7 @@ def request_path(
     pick = np.maximum(where, 0)
 
     def col(name: str) -> np.ndarray:
-        return np.where(have, _float(timed, name)[pick], np.nan)
+        return np.where(have, float_column(timed, name)[pick], np.nan)
 
     start = np.where(have, timed["start_ns"].to_numpy(np.int64)[pick], 0)
     network_up = np.where(have, (start - sent_ns) / NS_PER_S, np.nan)

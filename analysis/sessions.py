@@ -79,7 +79,7 @@ TURN_COLUMNS: Final = (
 _NO_END: Final = np.iinfo(np.int64).min
 
 
-def _floats(frame: pd.DataFrame, column: str) -> np.ndarray:
+def float_column(frame: pd.DataFrame, column: str) -> np.ndarray:
     """A numeric request column as float64, NaN where missing (all NaN when absent). Exact
     for the int32 columns and for ns offsets below 2**53 (104 days)."""
     if column not in frame:
@@ -109,7 +109,7 @@ def _turn_kinds(requests: pd.DataFrame) -> np.ndarray:
 def first_turns(requests: pd.DataFrame) -> np.ndarray:
     """Per request: it is an arrival, a single request or a session's first turn (turn null
     or 0), not a later turn of a session."""
-    return np.nan_to_num(_floats(requests, "turn")) == 0
+    return np.nan_to_num(float_column(requests, "turn")) == 0
 
 
 def without_history(requests: pd.DataFrame) -> np.ndarray:
@@ -122,7 +122,10 @@ def cached_tokens_pct(requests: pd.DataFrame, mask: np.ndarray) -> float:
     """100 × cached / prompt tokens over the rows of `mask` that report both; NaN for none."""
     if "cached_tokens" not in requests:
         return float("nan")
-    cached, prompt = _floats(requests, "cached_tokens"), _floats(requests, "prompt_tokens")
+    cached, prompt = (
+        float_column(requests, "cached_tokens"),
+        float_column(requests, "prompt_tokens"),
+    )
     both = mask & ~np.isnan(cached) & ~np.isnan(prompt)
     total = float(prompt[both].sum())
     return 100.0 * float(cached[both].sum()) / total if total > 0 else float("nan")
@@ -167,22 +170,22 @@ class SessionTable:
         req = requests.iloc[rows]
         kind = _turn_kinds(req)
         sent = req["sent_at_ns"].to_numpy(np.int64)
-        end = _floats(req, "end_ns")
-        wait = _floats(req, "wait_ns")
+        end = float_column(req, "end_ns")
+        wait = float_column(req, "wait_ns")
         frame = pd.DataFrame(
             {
                 "row": rows,
                 "session_id": req["session_id"].astype(str).to_numpy(),
                 "worker_id": req["worker_id"].astype(str).to_numpy(),
                 "step": req["step"].to_numpy(np.int64),
-                "turn": _floats(req, "turn"),
-                "planned": _floats(req, "session_turns"),
+                "turn": float_column(req, "turn"),
+                "planned": float_column(req, "session_turns"),
                 "ok": status[rows] == "ok",
                 "error": status[rows] == "error",
                 "broken": np.isin(status[rows], ("aborted", "cancelled")),
                 "user": kind == "user",
                 "tool_result": kind == "tool_result",
-                "called": np.nan_to_num(_floats(req, "tool_calls")) > 0,
+                "called": np.nan_to_num(float_column(req, "tool_calls")) > 0,
                 "e2e_s": e2e_s[rows],
                 "sent": sent,
                 # wall-clock end, exact in int64 ns; _NO_END where unknown
@@ -190,8 +193,8 @@ class SessionTable:
                 "wait_known": ~np.isnan(wait),
                 "tool_wait": np.where(kind == "tool_result", np.nan_to_num(wait), 0.0),
                 "think": np.where(kind == "user", np.nan_to_num(wait), 0.0),
-                "prompt_tokens": _floats(req, "prompt_tokens"),
-                "cached_tokens": _floats(req, "cached_tokens"),
+                "prompt_tokens": float_column(req, "prompt_tokens"),
+                "cached_tokens": float_column(req, "cached_tokens"),
             }
         )
         frame = frame.sort_values(["session_id", "turn", "sent"], kind="stable")
@@ -298,7 +301,7 @@ def turn_rows(per_request: pd.DataFrame) -> list[dict[str, Any]]:
     both. Empty when no request has a turn index."""
     if "turn" not in per_request:
         return []
-    turn = _floats(per_request, "turn")
+    turn = float_column(per_request, "turn")
     status = per_request["status"].astype(str).to_numpy()
     counted = per_request["steady"].to_numpy(bool) & ~np.isnan(turn) & (status != "dropped")
     if not counted.any():
@@ -306,7 +309,10 @@ def turn_rows(per_request: pd.DataFrame) -> list[dict[str, Any]]:
     index = np.nan_to_num(turn, nan=-1).astype(np.int64)
     ok = counted & (status == "ok")
     ttft = per_request["ttft_s"].to_numpy(np.float64)
-    prompt, cached = _floats(per_request, "prompt_tokens"), _floats(per_request, "cached_tokens")
+    prompt, cached = (
+        float_column(per_request, "prompt_tokens"),
+        float_column(per_request, "cached_tokens"),
+    )
     rows = []
     for t in np.unique(index[counted]):
         at = index == t

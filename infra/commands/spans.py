@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from analysis.errors import UsageError
-from analysis.layout import MANIFEST_NAME, SPANS_FOLDER, is_spans_key, spans_key
+from analysis.layout import MANIFEST_NAME, SPANS_FOLDER, parse_spans_key, spans_key
 from analysis.storage import ObjectExistsError, ObjectStore
 
 SOURCE = "import"
@@ -93,12 +93,8 @@ def read_exports(path: Path) -> list[Any]:
 
 
 def _next_seq(store: ObjectStore) -> int:
-    seqs = [
-        int(o.key.rsplit("-", 1)[1].split(".", 1)[0])
-        for o in store.list(f"{SPANS_FOLDER}/")
-        if is_spans_key(o.key) and f"/part-{SOURCE}-" in "/" + o.key
-    ]
-    return max(seqs, default=-1) + 1
+    parsed = (parse_spans_key(o.key) for o in store.list(f"{SPANS_FOLDER}/"))
+    return max((p[1] for p in parsed if p is not None and p[0] == SOURCE), default=-1) + 1
 
 
 def _put_part(store: ObjectStore, data: bytes) -> str:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from analysis.layout import SPANS_FOLDER, run_key, spans_key
+from analysis.layout import SPANS_FOLDER, parse_spans_key, run_key, spans_key
 from analysis.spans import (
     CONTENT_TYPES,
     START_UP_SPANS,
@@ -57,16 +57,6 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # one export at most (decompressed too)
 LINGER_CAP = 3.0  # the linger ends at this many times --otlp-linger, spans or not
 
 _Response = tuple[str, str, bytes]
-
-
-def _spans_seq(key: str) -> int | None:
-    """The seq of an OTLP spans part key (relative to the run), else None."""
-    name = key.rsplit("/", 1)[-1]
-    prefix = f"part-{SOURCE}-"
-    if not name.startswith(prefix) or not name.endswith(".parquet"):
-        return None
-    digits = name[len(prefix) : -len(".parquet")]
-    return int(digits) if digits.isdigit() else None
 
 
 class _Run:
@@ -142,8 +132,9 @@ class OtlpReceiver:
             self.end_run(linger=False)
         seq = 0
         try:
-            taken = [_spans_seq(o.key) for o in store.list(run_key(run_id, SPANS_FOLDER) + "/")]
-            seq = max((s for s in taken if s is not None), default=-1) + 1
+            folder = run_key(run_id, SPANS_FOLDER) + "/"
+            parsed = [parse_spans_key(o.key.removeprefix(f"{run_id}/")) for o in store.list(folder)]
+            seq = max((p[1] for p in parsed if p is not None and p[0] == SOURCE), default=-1) + 1
         except Exception as exc:  # the first put names the store's trouble; never lose a span
             log.debug("llmload: could not list the run's spans parts: %s", exc)
         self.run = _Run(store, run_id, spool_root, seq)
