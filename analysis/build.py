@@ -23,6 +23,7 @@ from analysis.report import CSV_ROWS, Report, make_out_dir, summarize_run, write
 from analysis.report_html import render_html
 from analysis.report_md import render_markdown
 from analysis.slo import Slo, parse_slo
+from analysis.verdict import parse_limits
 
 
 def build_report(
@@ -38,6 +39,7 @@ def build_report(
     memory_limit: str = DEFAULT_MEMORY_LIMIT,
     spill_dir: str | None = None,
     by: str | None = None,
+    validity: str | None = None,
 ) -> Report:
     """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
 
@@ -45,20 +47,21 @@ def build_report(
     `memory_limit`, spilling to `spill_dir`), not loaded; `in_memory=True` loads it and
     computes with numpy instead (the reference path: the same figures). The SLO spec is
     parsed before anything is read, so a bad spec writes nothing. `by="model"`: one summary
-    row per step and model.
+    row per step and model; `validity`: the verdict's limits (`--validity`, analysis/verdict.py).
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
+    limits = parse_limits(validity)  # a bad spec fails before anything is read, too
     memory_limit = parse_memory_limit(memory_limit)
     run = load_run(run_uri, progress=progress, progress_stream=progress_stream, chunks=in_memory)
     if in_memory:
-        report = summarize_run(run, slo, by=by)
+        report = summarize_run(run, slo, by=by, validity=limits)
     else:
         warning = over_limit_warning(memory_limit, run.requests)
         if warning:
             run.warnings.append(warning)
         # the limit bounds the process: the engine gets what the request rows leave
         with Engine(engine_share(memory_limit), spill_dir) as engine:
-            report = summarize_run(run, slo, engine, by)
+            report = summarize_run(run, slo, engine, by, limits)
     out = make_out_dir(out_dir)
     files = write_tables(report, out, csv_rows)
     files["report.md"] = out / "report.md"

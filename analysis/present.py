@@ -104,6 +104,7 @@ STEP_TABLE: Final = (
     ("req/s", lambda r: num(r["requests_per_s"], 2)),
     ("goodput req/s", lambda r: num(r["goodput_requests_per_s"], 2)),
     ("SLO", slo_label),
+    ("verdict", lambda r: str(r.get("verdict") or MISSING)),
 )
 """Columns of the human step table: (header, row -> text). summary.csv has every column."""
 
@@ -245,6 +246,14 @@ def error_table(report: Report) -> tuple[list[str], list[list[str]]]:
     )
     rows = [[step_label(r), *(str(r[f"errors_{k}"]) for k in kinds)] for r in report.table.rows]
     return ["step", *kinds], rows if kinds else []
+
+
+def verdict_heading(report: Report) -> tuple[str, list[str]]:
+    """The run's verdict for the report's first line, and its reasons (docs/reports.md)."""
+    verdict = report.verdict
+    if verdict is None:
+        return "not judged", []
+    return verdict.verdict.upper() if verdict.verdict != "valid" else "valid", verdict.reasons
 
 
 def run_facts(report: Report) -> list[tuple[str, str]]:

@@ -34,6 +34,7 @@ from analysis.errors import UsageError
 from analysis.load import RunData
 from analysis.metrics import (
     RequestMetrics,
+    Samples,
     compute_request_metrics,
     request_timing,
     with_chunk_metrics,
@@ -42,8 +43,10 @@ from analysis.search import SearchSummary, summarize_search
 from analysis.server_metrics import ServerMetrics
 from analysis.slo import Slo, parse_slo
 from analysis.steps import StepTable, aggregate_steps
+from analysis.stopping import stopped_info
+from analysis.verdict import Limits, Verdict, judge_run, parse_limits
 
-SUMMARY_SCHEMA_VERSION: Final = "1.4"
+SUMMARY_SCHEMA_VERSION: Final = "1.5"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
 
 SUMMARY_KIND: Final = "llmload.summary"
@@ -67,10 +70,21 @@ class Report:
     server_metrics: ServerMetrics | None = None  # the target's /metrics during the run
     slo_source: str = "option"  # "option" (given to the report) or "run" (the run's own --slo)
     search: SearchSummary | None = None  # the run's capacity search, verdicts checked exactly
+    itl: Samples | None = None  # per-token ITL samples (None: summarised out of core)
+    verdict: Verdict | None = None  # the validity verdict (analysis/verdict.py)
 
     @property
     def summary(self) -> pd.DataFrame:
-        return self.table.frame
+        """summary.csv: the step rows, each with the run's verdict (`run_verdict`)."""
+        frame = self.table.frame
+        if self.verdict is not None:
+            frame["run_verdict"] = self.verdict.verdict
+        return frame
+
+    @property
+    def notes(self) -> list[str]:
+        """What stayed below every limit (summary.json `notes`): not warnings."""
+        return self.verdict.notes if self.verdict is not None else []
 
     @property
     def per_request(self) -> pd.DataFrame:
@@ -155,7 +169,10 @@ class Report:
                     "source": self.slo_source if self.slo else None,
                 },
                 "search": self.search.to_dict() if self.search is not None else None,
+                "stopped": stopped_info(self.manifest),
+                "verdict": self.verdict.to_dict() if self.verdict is not None else None,
                 "warnings": self.warnings,
+                "notes": self.notes,
                 "steps": self.table.rows,
                 "turns": self.table.turns,
             }
@@ -200,6 +217,7 @@ def summarize_run(
     slo: Slo | str | None = None,
     engine: Engine | None = None,
     by: str | None = None,
+    validity: Limits | str | None = None,
 ) -> Report:
     """Compute the per-request metrics and the per-step summary of a loaded run.
 
@@ -207,14 +225,17 @@ def summarize_run(
     A run loaded without its chunks (`load_run(..., chunks=False)`) is summarised out of core
     by `engine` (analysis/engine.py; one with the default memory limit when None).
     `by="model"`: one summary row per step and model (analysis.steps.BY_CHOICES).
+    `validity`: the limits of the validity verdict (`--validity`, analysis/verdict.py).
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
+    limits = validity if isinstance(validity, Limits) else parse_limits(validity)
+    saturation = (limits["cpu"], limits["lag_ms"])
     warnings: list[str] = [*run.warnings]
     slo, slo_source = _choose_slo(slo, run.manifest, warnings)
     if run.chunks is not None:
         metrics = compute_request_metrics(run.requests, run.chunks)
         table = aggregate_steps(run, metrics, slo, MemoryChunkFacts(metrics, run.requests,
-                                                                    run.chunks), by)  # fmt: skip
+                                run.chunks), by, saturation)  # fmt: skip
     else:
         with contextlib.ExitStack() as stack:
             if engine is None:
@@ -224,7 +245,7 @@ def summarize_run(
             timing = request_timing(run.requests)
             per_request = with_chunk_metrics(timing, facts.per_request)
             metrics = RequestMetrics(per_request, None, None, facts.orphan_chunks)
-            table = aggregate_steps(run, metrics, slo, facts, by)
+            table = aggregate_steps(run, metrics, slo, facts, by, saturation)
     warnings.extend(table.warnings)
     warnings.extend(clock_warnings(run.manifest))
     if run.requests.empty:
@@ -232,6 +253,8 @@ def summarize_run(
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
     report.server_metrics = run.server_metrics
     report.slo_source = slo_source
+    report.verdict = judge_run(table.rows, run.manifest, run.completeness, limits, warnings)
+    report.itl = metrics.itl
     report.search = summarize_search(run.manifest, table, slo)
     if report.search is not None:
         warnings.extend(report.search.warnings)

@@ -23,7 +23,9 @@ from analysis.present import (
     slo_lines,
     step_table,
     turn_table,
+    verdict_heading,
 )
+from analysis.stopping import stopped_facts
 
 if TYPE_CHECKING:
     from analysis.report import Report
@@ -39,6 +41,7 @@ table.facts td { text-align: left; }
 .banner { background: #b00020; color: #fff; padding: 0.8rem 1rem; font-weight: bold;
           border-radius: 4px; }
 .warnings li { color: #8a4b00; }
+.verdict li { color: #8a0000; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; height: auto; }
 figcaption { font-size: 0.85rem; color: #555; }
 .fail { color: #b00020; font-weight: bold; } .pass { color: #1b7a1b; }
@@ -85,17 +88,21 @@ def _list(lines: list[str], css: str = "") -> str:
 
 
 def render_html(report: Report) -> str:
+    verdict, reasons = verdict_heading(report)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>llmload report: {escape(report.run_id)}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>llmload report: {escape(report.run_id)}</h1>",
+        f"<h1>llmload report: {escape(report.run_id)} · verdict: {escape(verdict)}</h1>",
     ]
+    if reasons:
+        parts.append(_list(reasons, "verdict"))
     if report.simulated:
         parts.append(f'<div class="banner" id="simulated-banner">{escape(SIMULATED_BANNER)}</div>')
-    parts.append(_table(["", ""], [[k, v] for k, v in run_facts(report)], "facts"))
+    facts = [*run_facts(report), *stopped_facts(report.manifest)]  # --stop-when cut it short
+    parts.append(_table(["", ""], [[k, v] for k, v in facts], "facts"))
     if report.warnings:
         parts += ["<h2>Warnings</h2>", _list(report.warnings, "warnings")]
     parts += ["<h2>SLO</h2>", _list([s.replace("`", "") for s in slo_lines(report)])]

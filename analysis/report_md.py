@@ -20,10 +20,19 @@ from analysis.present import (
     slo_lines,
     step_table,
     turn_table,
+    verdict_heading,
 )
+from analysis.stopping import stopped_facts
 
 if TYPE_CHECKING:
     from analysis.report import Report
+
+_REASONS = 10  # reasons listed under the verdict; summary.json has them all
+
+
+def _more(reasons: list[str]) -> list[str]:
+    extra = len(reasons) - _REASONS
+    return [f"- … and {extra} more (summary.json `verdict.reasons`)"] if extra > 0 else []
 
 
 def md_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -34,10 +43,13 @@ def md_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def render_markdown(report: Report) -> str:
-    out = [f"# llmload report: {report.run_id}", ""]
+    verdict, reasons = verdict_heading(report)
+    out = [f"# llmload report: {report.run_id} · verdict: {verdict}", ""]
+    out += [*(f"- {r}" for r in reasons[:_REASONS]), *_more(reasons), ""] if reasons else []
     if report.simulated:
         out += [f"> **{SIMULATED_BANNER}**", ""]
-    out += [md_table(["", ""], [[k, v] for k, v in run_facts(report)]), ""]
+    facts = [*run_facts(report), *stopped_facts(report.manifest)]  # --stop-when cut it short
+    out += [md_table(["", ""], [[k, v] for k, v in facts]), ""]
     out += ["## SLO", "", *(f"- {line}" for line in slo_lines(report)), ""]
     if report.search is not None:
         headers, rows = search_table(report)

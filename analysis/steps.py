@@ -45,6 +45,7 @@ from analysis.schema import (
     CLIENT_PHASE_COLUMNS_1_4,
     ERROR_KINDS,
     OPEN_LOOP_COLUMNS_1_2,
+    SATURATED_CPU_PERCENT,
     SESSION_COLUMNS_1_3,
     WORKER_DELAY_COLUMNS_1_1,
 )
@@ -60,7 +61,7 @@ from analysis.sessions import (
 from analysis.slo import Slo
 from analysis.stats import DistributionSummary, SortedSamples
 from analysis.windows import Window, plan_steps, request_span
-from analysis.workers import WorkerHealth
+from analysis.workers import SATURATED_LAG_MS, WorkerHealth, stall_effect, stall_phases
 
 LATENCY_METRICS: Final = ("ttft", "tpot", "itl", "icl", "e2e")
 """Metrics summarised per step; each gets `<metric>_<stat>_s` columns (stats.STATS)."""
@@ -179,6 +180,7 @@ class _Arrays:
     good: np.ndarray | None
     tokens_source: np.ndarray  # per request: output_tokens_source (None when unknown)
     stall_ns: np.ndarray  # per request: worker_stall_ns, NaN when not measured
+    stall_phases: dict[str, np.ndarray]  # per request: stall seconds in its TTFT, decode, E2E
     coalesced: np.ndarray  # per request: coalesced_events, NaN when not recorded
     events: np.ndarray  # per request: SSE events received
     dropped: np.ndarray  # per request: an open-loop arrival dropped at the cap (never sent)
@@ -232,6 +234,7 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         stall_ns=_float(req, "worker_stall_ns")
         if "worker_stall_ns" in req
         else np.full(len(req), np.nan),
+        stall_phases=stall_phases(req, run.stalls),
         coalesced=_float(req, "coalesced_events")
         if "coalesced_events" in req
         else np.full(len(req), np.nan),
@@ -316,7 +319,7 @@ def _group_row(
     row.update(_token_means(a, req, latency))
     row.update(_error_kinds(a, members))
     row.update(_token_source(a, latency))
-    row.update(_worker_health(a, window, members, latency))
+    row.update(_worker_health(a, metrics.per_request, req, window, members, latency))
     row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=dropped is not None))
     row.update(session_columns(a.sessions, members))
     row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
@@ -427,12 +430,26 @@ def _token_source(a: _Arrays, latency: np.ndarray) -> dict[str, Any]:
 
 
 def _worker_health(
-    a: _Arrays, window: Window | None, members: np.ndarray, latency: np.ndarray
+    a: _Arrays,
+    per: pd.DataFrame,
+    req: pd.DataFrame,
+    window: Window | None,
+    members: np.ndarray,
+    latency: np.ndarray,
 ) -> dict[str, Any]:
-    """How the workers themselves fared: their load and stalls, and events read together."""
+    """How the workers themselves fared: their load and stalls, what the stalls could have
+    moved (per: the per-request metrics), and events read together."""
     measured = ~np.isnan(a.stall_ns)
     stalled = int((members & measured & (a.stall_ns > 0)).sum()) if measured.any() else None
     out = a.health.columns(window, stalled)
+    if stalled is not None:
+        ttft, tpot, e2e = (
+            per[f"{m}_s"].to_numpy(np.float64)[latency] for m in ("ttft", "tpot", "e2e")
+        )
+        phases = {phase: seconds[latency] for phase, seconds in a.stall_phases.items()}
+        out["stall_moved_pct"], out["stall_moved_figure"] = stall_effect(
+            ttft, tpot, e2e, _float(req, "output_tokens")[latency], phases
+        )
     counted = latency & ~np.isnan(a.coalesced) & ~np.isnan(a.events)
     total_events = float(a.events[counted].sum())
     out["coalesced_events_pct"] = (
@@ -520,14 +537,7 @@ def _step_warnings(row: dict[str, Any]) -> list[str]:
             "event, no --tokenizer), so ITL and TPOT there are per event (inter-chunk), not "
             "per token; enable continuous usage stats on the server or give --tokenizer"
         )
-    stalled = row.get("requests_worker_stalled")
-    if stalled:
-        out.append(
-            f"{name}: {stalled} request(s) overlapped a stall of their own worker's event loop "
-            "(worker_stall_ns > 0 in requests.csv): their event times come from the kernel, "
-            "but the worker was not measuring only the server"
-        )
-    return out
+    return out  # stalls of the workers' loops: graded in analysis/verdict.py
 
 
 def _prompt_offset_warning(name: str, a: _Arrays, latency: np.ndarray) -> list[str]:
@@ -554,11 +564,17 @@ def _new(curves: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 
 def aggregate_steps(
-    run: RunData, metrics: RequestMetrics, slo: Slo, facts: ChunkFacts, by: str | None = None
+    run: RunData,
+    metrics: RequestMetrics,
+    slo: Slo,
+    facts: ChunkFacts,
+    by: str | None = None,
+    saturation: tuple[float, float] = (SATURATED_CPU_PERCENT, SATURATED_LAG_MS),
 ) -> StepTable:
     """Summary rows for the cold group (when present) and every step, plus per-request flags.
     `facts`: what the chunks say of each group (in memory or out of core: chunkfacts.py);
-    `by`: "model" splits every row by the model asked for (BY_CHOICES), None: no split."""
+    `by`: "model" splits every row by the model asked for (BY_CHOICES), None: no split;
+    `saturation`: the CPU% and loop-lag p90 (ms) at which a worker is saturated."""
     req = run.requests
     a = _arrays(run, metrics, slo)
     plans, warnings = plan_steps(run.manifest, req, a.done, a.sent)
@@ -615,7 +631,7 @@ def aggregate_steps(
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
             warnings.extend(cache_warnings(name, row, step_entry(run.manifest, row["step"])))
-        warnings.extend(a.health.warnings(name, window))
+        warnings.extend(a.health.warnings(name, window, *saturation))
         warnings.extend(path_warnings(name, row))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(infra.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"infra.commands.{info.name}")
-        module.register(sub)
+        if hasattr(module, "register"):  # a command; the others are helpers of commands
+            module.register(sub)
     return parser
 
 

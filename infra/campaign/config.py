@@ -30,6 +30,8 @@ from locustfiles.run.table import OPTION, TABLE
 from locustfiles.run.voice import FileVoice, shown
 
 EXTERNAL: Final = "external"
+MAX_REPEAT: Final = 1000
+"""`repeat` (and `--repeat`) at most: each repeat is a whole run of every workload."""
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 CHAT_OPTIONS: Final = tuple(o for o in TABLE if o.key and o.name != "workload")
@@ -101,6 +103,10 @@ class Campaign:
     search: str = _default("search")
     search_precision: float = _default("search_precision")
     search_min_requests: int = _default("search_min_requests")
+    stop_when: str = _default("stop_when")
+    stop_ttft_factor: float = _default("stop_ttft_factor")
+    stop_min_growth: float = _default("stop_min_growth")
+    stop_overload_rate: float = _default("stop_overload_rate")
     step_duration: float = _default("step_duration")
     step_warmup: float = _default("step_warmup")
     cold_requests: int = _default("cold_requests")
@@ -118,6 +124,7 @@ class Campaign:
     otlp_listen: str = _default("otlp_listen")
     otlp_linger: float = _default("otlp_linger")
     fail_on_slo: bool = False
+    repeat: int = 1  # runs of each workload (the same plan; new run ids, one campaign id)
     workers: int | Literal["external"] = 2
     expect_workers: int = 2
     worker_wait: float = 60.0
@@ -200,6 +207,7 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         name=top.name("name", Campaign.name),
         **keys,
         fail_on_slo=top.get("fail_on_slo", Switch(), Campaign.fail_on_slo),
+        repeat=top.get("repeat", Count(minimum=1, maximum=MAX_REPEAT), Campaign.repeat),
         workers=workers,
         expect_workers=int(expect or 0),
         worker_wait=top.get("worker_wait", Seconds(), Campaign.worker_wait),

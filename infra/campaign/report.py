@@ -4,11 +4,12 @@ report = report_run(run_uri, out_dir, slo)        # files in out_dir, as `llmloa
 print(describe(report))                           # step table, SLO verdict, report path
 aborted_line(report)                              # "ABORTED: ... stopped by SIGTERM", or None
 search_line(report)                               # what a capacity search found, or None
+repeats_reports([(workload, run_uri), ...], out_root, slo)  # each workload's repeats report
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,28 @@ from analysis.report_md import md_table
 
 def report_run(run_uri: str, out_dir: Path, slo: str) -> Report:
     return build_report(run_uri, out_dir, slo or None, html=True, progress=False)
+
+
+def repeats_reports(runs: Sequence[tuple[str, str]], out_root: Path, slo: str) -> list[str]:
+    """The repeats report of each workload's runs (`runs`: workload name, run URI), written to
+    `<out_root>/repeats-<workload>/`; one line per report saying where, and what it found
+    that a reader must know (steps left out, figures without an interval)."""
+    from analysis.repeats import repeats_of
+    from analysis.repeats_report import write_repeats
+
+    by: dict[str, list[str]] = {}
+    for workload, uri in runs:
+        by.setdefault(workload, []).append(uri)
+    lines = []
+    for workload, uris in by.items():
+        repeats = repeats_of(uris, slo or None)
+        where = out_root / f"repeats-{workload}"
+        files = write_repeats(repeats, where)
+        main = files.get("repeats.html") or files["repeats.md"]
+        lines.append(f"workload {workload}: repeats of {len(uris)} runs (median and "
+                     f"{repeats.confidence:.0%} interval per step): {main.resolve()}")  # fmt: skip
+        lines += [f"warning: {w}" for w in repeats.warnings]
+    return lines
 
 
 def describe(report: Report, label: str = "") -> str:
@@ -34,6 +57,8 @@ def describe(report: Report, label: str = "") -> str:
     if aborted is not None:
         lines.append(aborted)
     lines.append(md_table(*step_table(report)))
+    if report.verdict is not None:  # the validity verdict (analysis/verdict.py)
+        lines.append(f"verdict: {report.verdict.line}")
     search = search_line(report)
     if search is not None:
         lines.append(search)

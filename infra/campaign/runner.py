@@ -5,7 +5,10 @@
 
 One workload is one run (its own run id, events under `<events_uri>/<run_id>/`, report in
 `<out_root>/<run_id>/`, process logs in `<out_root>/<run_id>/logs/`). Workloads run one after
-another. Every process started here is stopped before `run_campaign` returns or raises,
+another; with `repeat: N` each runs N times in a row (new run ids), and then each workload's
+runs get a repeats report in `<out_root>/repeats-<workload>/` (analysis/repeats.py). Every
+run's manifest config records the campaign's id (`campaign_id`, one per `run_campaign`) and
+its `repeat` index. Every process started here is stopped before `run_campaign` returns or raises,
 Ctrl-C included (see procs.py). SIGTERM or SIGINT ends the run going as `aborted` through its
 master, its events kept, runs no further workload and raises CampaignStopped (stop.py).
 
@@ -36,7 +39,13 @@ from analysis.report import Report
 from analysis.storage import join_uri, open_store
 from infra.campaign.config import Campaign, NamedWorkload
 from infra.campaign.procs import Children
-from infra.campaign.report import level_text, report_run, search_block, search_line
+from infra.campaign.report import (
+    level_text,
+    repeats_reports,
+    report_run,
+    search_block,
+    search_line,
+)
 from infra.campaign.stop import StopSignals
 from infra.ports import free_port
 from locustfiles.run.manifest import run_taken
@@ -70,6 +79,8 @@ class RunResult:
     out_dir: Path
     report: Report
     master_status: int = 0  # 0, or EXIT_SEARCH_LOWEST_FAILED after a capacity search
+    repeat: int = 1  # which run of the workload (campaign key `repeat`), from 1
+    campaign_id: str = ""  # the campaign invocation's id, in every run's manifest config
 
     @property
     def search(self) -> dict[str, Any] | None:
@@ -93,23 +104,36 @@ def run_campaign(
     """Run every workload of the campaign in turn and report each; see the module docstring."""
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     results = []
+    campaign_id = new_campaign_id(campaign)
+    times = f"; each workload runs {campaign.repeat} times" if campaign.repeat > 1 else ""
+    echo(f"campaign id {campaign_id} (in each run's manifest config: campaign_id){times}")
+    plan = [(w, n) for w in campaign.workload for n in range(1, campaign.repeat + 1)]
     with StopSignals() as stop:  # SIGTERM/SIGINT: the run going ends aborted (stop.py)
-        for workload in campaign.workload:
+        for workload, repeat in plan:
             with scoped_environ(env or {}):
                 run_id = free_run_id(campaign, workload)
             out_dir = out_root / run_id
             run_uri = join_uri(campaign.events_uri, run_id)
+            tags = {"campaign_id": campaign_id, "repeat": repeat}
             status = run_workload(
-                campaign, workload, run_id, out_dir / "logs", child_env, echo, stop=stop
-            )
+                campaign, workload, run_id, out_dir / "logs", child_env, echo, stop=stop,
+                tags=tags,
+            )  # fmt: skip
             echo(f"run {run_id} ended; building the report from {run_uri}")
             with scoped_environ(env or {}):
                 report = report_run(run_uri, out_dir, campaign.slo)
-            result = RunResult(workload, run_id, run_uri, out_dir, report, status)
+            result = RunResult(workload, run_id, run_uri, out_dir, report, status, repeat,
+                               campaign_id)  # fmt: skip
             line = _search_outcome(campaign, result)
             if line is not None:
                 echo(line)
             results.append(result)
+    if campaign.repeat > 1:  # each workload's runs, summarised again with chunks in memory
+        echo(f"campaign {campaign_id}: building the repeats reports")
+        with scoped_environ(env or {}):
+            runs = [(r.workload.name, r.run_uri) for r in results]
+            for line in repeats_reports(runs, out_root, campaign.slo):
+                echo(line)
     return results
 
 
@@ -130,6 +154,13 @@ def new_run_id(campaign: Campaign, workload: NamedWorkload) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     suffix = f"-{workload.name}" if len(campaign.workload) > 1 else ""
     return f"{campaign.name}-{stamp}-{uuid.uuid4().hex[:6]}{suffix}"
+
+
+def new_campaign_id(campaign: Campaign) -> str:
+    """`<name>-20261129T153012Z-c1a2b3c4`: one per `run_campaign`, recorded in the manifest
+    config of each of its runs (`campaign_id`, with `repeat`): `llmload report --campaign`."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{campaign.name}-{stamp}-c{uuid.uuid4().hex[:8]}"
 
 
 def free_run_id(campaign: Campaign, workload: NamedWorkload, tries: int = 100) -> str:
@@ -157,8 +188,11 @@ def run_workload(
     echo: Echo,
     *,
     stop: StopSignals | None = None,
+    tags: Mapping[str, Any] | None = None,
 ) -> int:
     """One run: master (+ local workers) until the master exits; raises CampaignError.
+
+    `tags` (campaign_id, repeat) join the run's metadata in its manifest config.
 
     Returns the master's exit status: 0, or EXIT_SEARCH_LOWEST_FAILED after a search. With
     `stop`, a SIGTERM or SIGINT ends the run through its master as `aborted` and raises
@@ -166,7 +200,9 @@ def run_workload(
     """
     port = campaign.master_port or free_port(campaign.master_bind_host)
     with Children(log_dir) as children:
-        master = children.start("master", master_command(campaign, workload, run_id, port), env)
+        command = (master_command(campaign, workload, run_id, port, tags) if tags
+                   else master_command(campaign, workload, run_id, port))  # fmt: skip
+        master = children.start("master", command, env)
         workers = {
             f"worker-{i + 1}": children.start(
                 f"worker-{i + 1}", worker_command(campaign, port), env
@@ -312,11 +348,17 @@ def _announce(
 
 
 def master_command(
-    campaign: Campaign, workload: NamedWorkload, run_id: str, port: int
+    campaign: Campaign,
+    workload: NamedWorkload,
+    run_id: str,
+    port: int,
+    tags: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The master's command line: Locust's flags, then the campaign's chat options as the
-    option table writes them (table.py), then the file's `extra`."""
-    metadata = {"campaign": campaign.name, "workload_name": workload.name}
+    option table writes them (table.py), then the file's `extra`. `tags` (campaign_id,
+    repeat) join the metadata, top-level keys of the manifest config."""
+    metadata: dict[str, Any] = {"campaign": campaign.name, "workload_name": workload.name}
+    metadata.update(tags or {})
     metadata.update(campaign.engine.metadata())
     args = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",

@@ -31,6 +31,12 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--validate", action="store_true", help="only check the file, start nothing"
     )
+    parser.add_argument(
+        "--repeat", metavar="N", type=int, default=None,
+        help="run each workload N times (new run ids, one campaign id), then write the "
+        "median and confidence interval per step to DIR/repeats-<workload>/ (overrides the "
+        "file's repeat)",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -41,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from infra.campaign.report import describe, failing_steps
 
     campaign = load_campaign(args.config)
+    if args.repeat is not None:
+        campaign = _with_repeat(campaign, args.repeat)
     check_extra(campaign.extra, str(args.config))  # Locust's parser, before anything starts
     if args.validate:
         names = ", ".join(w.name for w in campaign.workload)
@@ -73,6 +81,19 @@ def run(args: argparse.Namespace) -> int:
         )
         status = EXIT_SLO_FAILED
     return status
+
+
+def _with_repeat(campaign: Any, repeat: int) -> Any:
+    """The campaign with `--repeat N` in place of its file's `repeat`; UsageError when N is
+    not 1..MAX_REPEAT."""
+    import dataclasses
+
+    from analysis.errors import UsageError
+    from infra.campaign.config import MAX_REPEAT
+
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise UsageError(f"--repeat must be between 1 and {MAX_REPEAT}, not {repeat}")
+    return dataclasses.replace(campaign, repeat=repeat)
 
 
 def _echo(line: str) -> None:

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+METHODS = ("bootstrap", "threshold")  # analysis.compare.METHODS (not imported: no pandas here)
+
 EXIT_REGRESSION = 3
 
 
@@ -14,13 +16,22 @@ def register(sub: Any) -> None:
         "compare",
         help="compare two runs step by step and flag regressions",
         description=(
-            "Compare run B against baseline A (each a RUN_URI or a report directory holding "
-            "summary.json), per step and metric. Exit 3 with --fail-on-regression when a "
-            "metric regressed beyond the threshold."
+            "Compare run B against baseline A per step and metric. By default (--method "
+            "bootstrap) each side is a RUN_URI: A and B are resampled, and a figure regresses "
+            "when the 95%% interval of its relative change excludes 0 and the change exceeds "
+            "--threshold; figures with too few requests are 'not enough data'. --method "
+            "threshold compares summaries only (a RUN_URI or a report directory holding "
+            "summary.json). Exit 3 with --fail-on-regression when a metric regressed."
         ),
     )
-    parser.add_argument("run_a", metavar="RUN_A", help="baseline: RUN_URI or report directory")
-    parser.add_argument("run_b", metavar="RUN_B", help="candidate: RUN_URI or report directory")
+    parser.add_argument(
+        "run_a", metavar="RUN_A", help="baseline: RUN_URI (or report directory: --method threshold)"
+    )
+    parser.add_argument(
+        "run_b",
+        metavar="RUN_B",
+        help="candidate: RUN_URI (or report directory: --method threshold)",
+    )
     parser.add_argument(
         "--out", metavar="DIR", default=None, help="write compare.md/.csv/.json here"
     )
@@ -39,12 +50,34 @@ def register(sub: Any) -> None:
         help="error-rate increase (absolute) that counts as a regression (default 0.01)",
     )
     parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default=METHODS[0],
+        help="bootstrap: significant changes, from each request's values (default); "
+        "threshold: the observed change against --threshold alone, from the summaries",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="bootstrap resamples per run and step (default 1000)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="seed of the bootstrap's resamples: the same seed, the same intervals (default 0)",
+    )
+    parser.add_argument(
         "--fail-on-regression", action="store_true", help="exit 3 when anything regressed"
     )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis.bootstrap import RESAMPLES, SEED
     from analysis.compare import compare_runs, render_comparison_markdown, write_comparison
 
     result = compare_runs(
@@ -52,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
         args.run_b,
         threshold=args.threshold,
         error_rate_threshold=args.error_rate_threshold,
+        method=args.method,
+        resamples=RESAMPLES if args.resamples is None else args.resamples,
+        seed=SEED if args.seed is None else args.seed,
     )
     for warning in result.warnings:
         print(f"llmload: warning: {warning}", file=sys.stderr)

@@ -7,6 +7,24 @@ import sys
 from typing import Any
 
 EXIT_SLO_FAILED = 3
+EXIT_INVALID = 4  # analysis.verdict.EXIT_INVALID: the run's verdict is one failed on
+
+
+def parse_fail_on(spec: str | None) -> tuple[str, ...]:
+    """`--fail-on-invalid` verdicts; UsageError naming an unknown one."""
+    from analysis.errors import UsageError
+    from analysis.verdict import VALID, VERDICTS
+
+    if spec is None:
+        return ()
+    named = tuple(v.strip() for v in spec.split(",") if v.strip())
+    bad = [v for v in named if v not in VERDICTS or v == VALID]
+    if bad or not named:
+        raise UsageError(
+            f"--fail-on-invalid {spec!r}: give verdicts among "
+            f"{', '.join(v for v in VERDICTS if v != VALID)} (comma-separated)"
+        )
+    return named
 
 
 def register(sub: Any) -> None:
@@ -16,10 +34,32 @@ def register(sub: Any) -> None:
         description=(
             "Read every part of a run (s3://bucket/prefix/<run_id>, file:///path/<run_id> or a "
             "path), merge all workers exactly and write requests.parquet/.csv, summary.csv/.json, "
-            "report.md and report.html. Exit 3 with --fail-on-slo when a step misses the SLO."
+            "report.md and report.html. Exit 3 with --fail-on-slo when a step misses the SLO. "
+            "Several runs (or --campaign): each run's report in DIR/<run_id>/, and repeats.* "
+            "in DIR: per step the median across the runs and its 95% confidence interval."
         ),
     )
-    parser.add_argument("run_uri", metavar="RUN_URI", help="<events-uri>/<run_id>")
+    parser.add_argument(
+        "run_uri", metavar="RUN_URI", nargs="*",
+        help="<events-uri>/<run_id>; several: repeats of one plan, each run's report in "
+        "DIR/<run_id>/ and the median and confidence interval per step in DIR/repeats.*",
+    )  # fmt: skip
+    parser.add_argument(
+        "--campaign", metavar="ID", default=None,
+        help="report the runs of this campaign id (printed by `llmload campaign`, manifest "
+        "config campaign_id) as repeats; with --events-uri",
+    )  # fmt: skip
+    parser.add_argument(
+        "--events-uri", metavar="URI", default=None, help="with --campaign: where its runs are"
+    )
+    parser.add_argument(
+        "--resamples", type=int, default=1000, metavar="N",
+        help="repeats: bootstrap resamples per step (default 1000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="N",
+        help="repeats: seed of the bootstrap (default 0; the same seed, the same intervals)",
+    )  # fmt: skip
     parser.add_argument(
         "--out",
         metavar="DIR",
@@ -35,6 +75,22 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--fail-on-slo", action="store_true", help="exit 3 when a step misses the SLO"
+    )
+    parser.add_argument(
+        "--validity",
+        metavar="SPEC",
+        default=None,
+        help="limits of the validity verdict, e.g. cpu=80,lag_ms=5,slip_ms=10,stalled=0.05,"
+        "moved=5,overload=0.01 (those are the defaults; docs/reports.md, Verdicts)",
+    )
+    parser.add_argument(
+        "--fail-on-invalid",
+        nargs="?",
+        const="incomplete,client-limited",
+        default=None,
+        metavar="VERDICTS",
+        help="exit 4 when the run's verdict is one of VERDICTS (default when given alone: "
+        "incomplete,client-limited; add server-overloaded to fail on it too)",
     )
     parser.add_argument(
         "--by",
@@ -83,10 +139,16 @@ def run(args: argparse.Namespace) -> int:
     from analysis.slo import parse_slo
 
     slo = parse_slo(args.slo)  # a bad spec fails before anything is read or written
+    fail_on = parse_fail_on(args.fail_on_invalid)
     if args.fail_on_slo and not slo.objectives:
         from analysis.errors import UsageError
 
         raise UsageError("--fail-on-slo needs step objectives; add e.g. --slo ttft_p99=0.5")
+    if len(args.run_uri) != 1 or args.campaign or args.events_uri:  # report_repeats.py
+        from infra.commands.report_repeats import report_repeats
+
+        return report_repeats(args, fail_on)
+    args.run_uri = args.run_uri[0]
     run_id = args.run_uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
     out = args.out or f"llmload-report-{run_id}"
     if args.csv_rows is not None and args.csv_rows < 0:
@@ -100,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet,
                           csv_rows=csv_rows, in_memory=args.in_memory,
                           memory_limit=args.memory_limit or DEFAULT_MEMORY_LIMIT,
-                          spill_dir=args.spill_dir, by=args.by)  # fmt: skip
+                          spill_dir=args.spill_dir, by=args.by,
+                          validity=args.validity)  # fmt: skip
     for warning in report.warnings:
         print(f"llmload: warning: {warning}", file=sys.stderr)
     if not args.quiet:
@@ -111,6 +174,13 @@ def run(args: argparse.Namespace) -> int:
             level = "rate (requests/s)" if rate_run else "concurrency"
             print(f"highest {level} meeting the SLO: {best if best is not None else 'none'}")
         print(f"report written to {out}/ ({', '.join(report.files)})")
+    verdict = report.verdict
+    if verdict is not None and not args.quiet:
+        print(f"verdict: {verdict.line}")
+    if verdict is not None and verdict.failed(fail_on):
+        print(f"llmload: the run's verdict is {verdict.verdict} (--fail-on-invalid)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INVALID
     if args.fail_on_slo and report.slo_failed:
         failing = [str(r["step"]) for r in report.step_rows if r["slo_pass"] is False]
         print(f"llmload: SLO failed in step(s) {', '.join(failing)}", file=sys.stderr)

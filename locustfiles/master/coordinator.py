@@ -425,6 +425,7 @@ class RunCoordinator:
         ]
         m.probes = list(self.probes.values())
         m.search = self.plan.to_dict()
+        m.stopped = self.plan.stopped  # --stop-when overloaded skipped the levels left
         m.hosts = sorted({socket.gethostname(), *(w.host for w in m.workers)})
         if self._foreign_manifest:
             return

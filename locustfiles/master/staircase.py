@@ -241,7 +241,8 @@ class Staircase:
                 return self.target, SPAWN_RATE
             if self._step_over(now):
                 stats, finished = self._step_stats(self.index)
-                level = self.plan.next_level(self.index, stats, finished)
+                ran_s = (now - self.started_at_ns) / 1e9  # the step's requests ran in it
+                level = self.plan.next_level(self.index, stats, finished, elapsed_s=ran_s)
                 self._end_current()
                 if level is None:
                     self.done = self.completed = True

@@ -171,6 +171,24 @@ class Fraction(Kind):
 
 
 @dataclass(frozen=True)
+class Factor(Kind):
+    """A finite number greater than 1: how many times a figure grew; `example` a good value."""
+
+    example: float
+
+    def arguments(self) -> dict[str, Any]:
+        return {"type": float}
+
+    def value(self, raw: Any, say: Voice) -> Any:
+        if not _number(raw):
+            say.wrong_type(raw, f"a number greater than 1 such as {self.example:g}")
+        if not (math.isfinite(raw) and raw > 1):
+            say.fail(f"must be a number greater than 1 (a factor), not {raw}; e.g. "
+                     f"{say.example(self.example)}")  # fmt: skip
+        return float(raw)
+
+
+@dataclass(frozen=True)
 class Levels(Kind):
     """A list of step levels: a comma-separated text, or in a file also a list.
     `noun`: what the list holds; `items`: what each item must be."""

@@ -150,6 +150,9 @@ class RunManifest:
     stopped_by: str | None = None  # the signal that stopped the run early (SIGTERM, SIGINT)
     # the engine's spans received on the master (--otlp-listen): locustfiles/master/otlp.py
     spans: Mapping[str, Any] | None = None
+    # --stop-when overloaded skipped the remaining levels (locustfiles/master/search.py):
+    # {after_step, level, reason, skipped_levels, rule}; None when it did not
+    stopped: Mapping[str, Any] | None = None
 
     def finish(self, status: str = "finished") -> None:
         if status not in MANIFEST_STATUSES[1:]:
@@ -183,6 +186,7 @@ class RunManifest:
             "probes": [vars(p) for p in self.probes],
             "search": dict(self.search) if self.search is not None else None,
             "stopped_by": self.stopped_by,
+            "stopped": dict(self.stopped) if self.stopped is not None else None,
         }
         if self.spans is not None:
             doc["spans"] = dict(self.spans)

@@ -75,6 +75,10 @@ class ChatOptions:
     slo: str
     search_precision: float
     search_min_requests: int
+    stop_when: str  # never | overloaded (locustfiles/master/overload.py)
+    stop_ttft_factor: float
+    stop_min_growth: float
+    stop_overload_rate: float
     turns: Spread
     think_time: Spread
     history: int  # 0: full; N: the last N turns

@@ -49,6 +49,8 @@ log = logging.getLogger("llmload.openloop")
 _perf_ns = time.perf_counter_ns
 STOP_TIMEOUT_S = 10.0
 """How long `stop` waits for killed requests to record themselves."""
+BEHIND_NS = 1_000_000
+"""An arrival more than this late makes the dispatcher yield before the next one."""
 IN_FLIGHT_REPORT_S = 0.25
 """While paused, how often a worker tells the master its requests in flight."""
 DUE_AT_STOP = "due but not yet sent when the run stopped (this worker was behind its schedule)"
@@ -230,6 +232,12 @@ class Dispatcher:
             arrival = Arrival(plan.step, plan.rate, plan.max_concurrency, index, intended)
             self._unstarted[(plan.step, index)] = arrival
             self.requests.spawn(self._send, arrival, slots, plan.over_cap)
+            if delay_ns < -BEHIND_NS:
+                # behind the schedule: let the arrival (and every greenlet ready) run before
+                # the next, so that a worker asked for more than it can send sends late
+                # (slip, which the report judges) instead of piling up greenlets it cannot
+                # run, which would starve everything else, the run's stop included
+                gevent.sleep(0)
         # a trace's schedule ends: wait for the next step (or the end of the run)
         while self.step.version == plan.version and not self.stopped:
             self._changed.wait()

@@ -179,7 +179,9 @@ def test_the_tab_agrees_with_the_report_and_the_endpoint_parses(tmp_path: Path) 
                     assert set(documents) <= {200, 202}, (documents, report.content()[:500])
                     assert time.monotonic() < deadline, (documents, report.content()[:500])
                     report.wait_for_timeout(250)  # Playwright's events arrive while it waits
-                expect(report.locator("h1")).to_have_text(f"llmload report: {job['run_id']}")
+                expect(report.locator("h1")).to_contain_text(
+                    f"llmload report: {job['run_id']} · verdict: "
+                )
                 report.screenshot(path=str(tmp_path / "report.png"))
                 metrics_text = _get(f"{base}/llmload/metrics")
                 browser.close()

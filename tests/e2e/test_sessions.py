@@ -106,8 +106,10 @@ def test_an_agent_session_waits_for_its_tools_apart_from_model_time(tmp_path: Pa
     tool_results = requests[requests["turn_kind"] == "tool_result"]
     users = requests[(requests["turn_kind"] == "user") & (requests["turn"] > 0)]
     assert len(tool_results) >= 5 and len(users) >= 5
-    assert tool_results["wait_ns"].between(0.2e9, 0.3e9).all()  # the tool latency
-    assert users["wait_ns"].between(0.05e9, 0.1e9).all()  # the think time
+    # each waits at least its own time, and typically about that (a sleep may wake late on a
+    # busy machine: the medians, not every row, tell the two waits apart)
+    assert tool_results["wait_ns"].ge(0.2e9).all() and tool_results["wait_ns"].median() < 0.3e9
+    assert users["wait_ns"].ge(0.05e9).all() and users["wait_ns"].median() < 0.1e9
     unseen_by_server(requests, truth)
     called = requests[(requests["tool_calls"] > 0) & (requests["status"] == "ok")]
     assert len(called) >= 5

@@ -48,8 +48,10 @@ def unmeasured(source: str | None = "usage") -> dict[str, Any]:
     nan = float("nan")
     return {
         "output_tokens_source": source, "requests_per_event_tokens": 0,
-        "worker_cpu_max_pct": nan, "loop_lag_p99_ms": nan, "worker_stalls": nan,
-        "requests_worker_stalled": None, "coalesced_events_pct": nan,
+        "worker_cpu_max_pct": nan, "loop_lag_p99_ms": nan, "loop_lag_p90_ms": nan,
+        "worker_stalls": nan,
+        "requests_worker_stalled": None, "stall_moved_pct": nan, "stall_moved_figure": None,
+        "coalesced_events_pct": nan,
     }  # fmt: skip
 
 
@@ -119,6 +121,7 @@ COLD = {
     **no_sessions(),
     **no_path(),
     "slo_pass": None, "slo_failures": "",
+    "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
 STEP0 = {
@@ -154,6 +157,7 @@ STEP0 = {
     **no_sessions(),
     **no_path(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
+    "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
 STEP1 = {
@@ -182,6 +186,7 @@ STEP1 = {
     **no_sessions(),
     **no_path(),
     "slo_pass": True, "slo_failures": "",
+    "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
 STEP2 = {
@@ -204,6 +209,9 @@ STEP2 = {
     **no_path(),
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
+    "verdict": "server-overloaded",
+    "verdict_reasons": "step 2: 1 of 2 request(s) (50.0%) were rejected (429/503) or timed out "
+    "(limit 1.0%)",
 }  # fmt: skip
 
 EXPECTED = [COLD, STEP0, STEP1, STEP2]
@@ -237,7 +245,8 @@ def test_every_summary_column_matches_hand_computed_values(report) -> None:  # t
 
 def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.4" and doc["kind"] == "llmload.summary"
+    assert doc["schema_version"] == "1.5" and doc["kind"] == "llmload.summary"
+    assert doc["verdict"]["verdict"] == "server-overloaded" and doc["notes"] == []
     assert doc["simulated"] is False
     assert doc["run"]["target"]["model"] == "tiny-llama"
     assert doc["slo"]["best_concurrency"] == 4 and doc["slo"]["failed"] is True
@@ -247,7 +256,8 @@ def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: igno
     assert doc["steps"][3]["ttft_p99_s"] is None  # missing, never 0
 
     csv = pd.read_csv(report.files["summary.csv"])
-    assert list(csv.columns) == list(EXPECTED[0])
+    assert list(csv.columns) == [*EXPECTED[0], "run_verdict"]
+    assert set(csv["run_verdict"]) == {"server-overloaded"}
     assert csv["ttft_p50_s"].tolist()[:3] == pytest.approx([0.5, 0.2, 0.1])
     assert csv["ttft_p50_s"].isna().tolist() == [False, False, False, True]
     assert csv["step"].isna().tolist() == [True, False, False, False]

@@ -90,6 +90,7 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     assert set(doc) == {
         "schema_version", "kind", "run_id", "status", "created_at", "ended_at", "target",
         "config", "versions", "hosts", "workers", "steps", "cold_start", "probes", "search", "stopped_by",
+        "stopped",
     }  # fmt: skip
     assert doc["schema_version"] == SCHEMA_VERSION and doc["kind"] == "llmload.manifest"
     assert doc["status"] == "finished" and doc["ended_at"].endswith("Z")
@@ -112,6 +113,7 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     }  # fmt: skip
     assert doc["search"] is None  # no capacity search
     assert doc["stopped_by"] is None  # not stopped by a signal
+    assert doc["stopped"] is None  # nor by --stop-when overloaded
     assert "h" in doc["hosts"]
     assert not list(tmp_path.rglob(".tmp-*"))
 
