@@ -43,7 +43,9 @@ def test_a_concurrency_search_finds_the_engines_batch_limit(tmp_path: Path) -> N
     search = manifest["search"]
     assert search["mode"] == "concurrency" and search["slo"] == SLO
     assert search["status"] == "found", search
-    assert search["result"]["level"] == SEQS, search["probes"]
+    # at SEQS + 1 users the one without a slot waits for the first of 8 staggered requests to
+    # end: often less than the SLO's 80 ms, so that level may pass too; beyond it, never
+    assert search["result"]["level"] in (SEQS, SEQS + 1), search["probes"]
     phases = [p["phase"] for p in search["probes"]]
     assert phases[:3] == ["coarse"] * 3 and set(phases[3:]) == {"bisect"}
     # every probe is a step of the run's timeline, at its level
