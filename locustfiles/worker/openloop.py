@@ -237,7 +237,14 @@ class Dispatcher:
                 # the next, so that a worker asked for more than it can send sends late
                 # (slip, which the report judges) instead of piling up greenlets it cannot
                 # run, which would starve everything else, the run's stop included
-                gevent.sleep(0)
+                try:
+                    gevent.sleep(0)
+                except GreenletExit:  # the stop: make the schedule's next arrival `_next`,
+                    pending = next(share, None)  # so that the stop records the due ones
+                    if pending is not None:
+                        self._next = (plan, share, pending[0],
+                                      plan.starts_at_ns + int(pending[1] * 1e9))  # fmt: skip
+                    raise
         # a trace's schedule ends: wait for the next step (or the end of the run)
         while self.step.version == plan.version and not self.stopped:
             self._changed.wait()
