@@ -14,6 +14,7 @@ without the steps it needs or without an SLO to judge by).
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -30,6 +31,10 @@ from locustfiles.run.table import OPTION, TABLE
 from locustfiles.run.voice import FileVoice, shown
 
 EXTERNAL: Final = "external"
+AUTO: Final = "auto"
+"""`workers_per_host: auto`: one local worker process per CPU this process may use."""
+WORKERS_KEYS: Final = ("workers_per_host", "workers")
+"""The key of the local worker processes, and its older name (still read; not both)."""
 MAX_REPEAT: Final = 1000
 """`repeat` (and `--repeat`) at most: each repeat is a whole run of every workload."""
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -42,7 +47,8 @@ CHAT_OPTIONS: Final = tuple(o for o in TABLE if o.key and o.name != "workload")
 OWNED_FLAGS: Final = {
     **{option.flag: option.key for option in TABLE if option.key},
     "--host": "target.url", "-H": "target.url", "--run-id": "name", "--metadata": "engine",
-    "--master": "workers", "--worker": "workers", "--expect-workers": "workers",
+    "--master": "workers_per_host", "--worker": "workers_per_host",
+    "--expect-workers": "workers_per_host", "--processes": "workers_per_host",
     "--master-bind-host": "master_bind_host", "--master-bind-port": "master_port",
     "--headless": "(always headless)",
     "-f": "(the llmload locustfile)", "--locustfile": "(the llmload locustfile)",
@@ -125,8 +131,9 @@ class Campaign:
     otlp_linger: float = _default("otlp_linger")
     fail_on_slo: bool = False
     repeat: int = 1  # runs of each workload (the same plan; new run ids, one campaign id)
-    workers: int | Literal["external"] = 2
-    expect_workers: int = 2
+    # Local worker processes: N, AUTO (one per usable CPU) or EXTERNAL (started elsewhere).
+    workers_per_host: int | Literal["auto", "external"] = AUTO
+    expect_workers: int = 0  # unless external: always local_workers (__post_init__)
     worker_wait: float = 60.0
     master_bind_host: str = "127.0.0.1"
     master_port: int = 0
@@ -134,13 +141,18 @@ class Campaign:
     engine: Engine = field(default_factory=Engine)
     extra: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.external_workers:  # the master waits for the workers it starts itself
+            object.__setattr__(self, "expect_workers", local_count(self.workers_per_host))
+
     @property
     def external_workers(self) -> bool:
-        return self.workers == EXTERNAL
+        return self.workers_per_host == EXTERNAL
 
     @property
     def local_workers(self) -> int:
-        return 0 if self.workers == EXTERNAL else int(self.workers)
+        """Worker processes the campaign starts on this host (`auto`: one per usable CPU)."""
+        return 0 if self.external_workers else self.expect_workers
 
     @property
     def mode(self) -> Literal["concurrency", "rate"]:
@@ -155,6 +167,43 @@ class Campaign:
     def settings(self) -> dict[str, Any]:
         """The chat options' settings, by option name (the master's command line)."""
         return {o.name: reduce(getattr, str(o.key).split("."), self) for o in CHAT_OPTIONS}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (`taskset`, `docker run
+    --cpuset-cpus` narrow it; a CPU quota such as `docker run --cpus` does not), else the
+    machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def local_count(setting: int | Literal["auto", "external"]) -> int:
+    """The local worker processes a `workers_per_host` setting starts on this host."""
+    if setting == EXTERNAL:
+        return 0
+    return usable_cpus() if setting == AUTO else int(setting)
+
+
+def workers_setting(
+    value: Any, voice: FileVoice | None = None
+) -> int | Literal["auto", "external"]:
+    """A `workers_per_host` value (a file's, or `--workers`'s text): N >= 1, 'auto' or
+    'external'; UsageError otherwise."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if value == AUTO:
+        return AUTO
+    if value == EXTERNAL:
+        return EXTERNAL
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        problem = (f"must be a number of local worker processes >= 1, 'auto' (one per CPU) "
+                   f"or 'external', not {value!r}")  # fmt: skip
+        if voice is None:
+            raise UsageError(problem)
+        voice.fail(problem)
+    return int(value)
 
 
 def load_campaign(path: Path | str) -> Campaign:
@@ -191,14 +240,15 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
     url = top.section("target", required=True).url("url")
     engine_sec = top.section("engine")
     engine = Engine(**{f.name: engine_sec.text_or_list(f.name) for f in fields(Engine)})
-    workers = top.workers("workers")
+    key, workers = top.workers()
     expect = top.get("expect_workers", Count(minimum=1), None)
     if workers != EXTERNAL:
-        if expect is not None and expect != workers:
-            top.fail("expect_workers", f"must equal workers ({workers}) or be left out")
-        expect = int(workers)
+        local = local_count(workers)
+        if expect is not None and expect != local:
+            said = f"auto: {local} here" if workers == AUTO else str(workers)
+            top.fail("expect_workers", f"must equal {key} ({said}) or be left out")
     elif expect is None:
-        top.fail("expect_workers", "is required with workers: external (how many to wait for)")
+        top.fail("expect_workers", f"is required with {key}: external (how many to wait for)")
     settings, given = _chat_settings(data, source)
     keys = {str(OPTION[name].key): value for name, value in settings.items()}
     campaign = Campaign(
@@ -208,7 +258,7 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
         **keys,
         fail_on_slo=top.get("fail_on_slo", Switch(), Campaign.fail_on_slo),
         repeat=top.get("repeat", Count(minimum=1, maximum=MAX_REPEAT), Campaign.repeat),
-        workers=workers,
+        workers_per_host=workers,
         expect_workers=int(expect or 0),
         worker_wait=top.get("worker_wait", Seconds(), Campaign.worker_wait),
         master_bind_host=top.get("master_bind_host", Kind(), Campaign.master_bind_host),
@@ -310,15 +360,15 @@ class _Section:
             )
         return str(value)
 
-    def workers(self, key: str) -> int | Literal["external"]:
-        value = self.data.get(key)
-        if value is None:
-            return Campaign.workers
-        if value == EXTERNAL:
-            return EXTERNAL
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.fail(key, f"must be a number of local workers >= 1 or 'external', not {value!r}")
-        return int(value)
+    def workers(self) -> tuple[str, int | Literal["auto", "external"]]:
+        """The key given (`workers_per_host`, or its old name `workers`) and its value."""
+        given = [key for key in WORKERS_KEYS if self.data.get(key) is not None]
+        if len(given) > 1:
+            self.fail("workers", "and 'workers_per_host' are one setting (workers is its old "
+                      "name): keep only workers_per_host")  # fmt: skip
+        if not given:
+            return WORKERS_KEYS[0], Campaign.workers_per_host
+        return given[0], workers_setting(self.data[given[0]], self.say(given[0]))
 
     def workloads(self, key: str) -> tuple[NamedWorkload, ...]:
         value = self._required(key)
@@ -373,6 +423,8 @@ def _check_keys(data: Any, source: str) -> None:
         if not isinstance(mapping, Mapping):
             return  # a value that is not a mapping is reported by _Section
         known = [f.name for f in fields(cls)]
+        if cls is Campaign:
+            known += WORKERS_KEYS[1:]  # old names still read
         prefix = f"{path}." if path else ""
         for key in map(str, mapping):
             if key not in known:
@@ -399,4 +451,4 @@ def _check_keys(data: Any, source: str) -> None:
         raise UsageError(f"{source}: {'; '.join(problems)} (docs/campaign-config.md)")
 
 
-__all__ = ["EXTERNAL", "Campaign", "Engine", "NamedWorkload", "Target", "load_campaign"]
+__all__ = ["AUTO", "EXTERNAL", "Campaign", "Engine", "NamedWorkload", "Target", "load_campaign"]

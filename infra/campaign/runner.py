@@ -37,7 +37,7 @@ import locustfiles
 from analysis.errors import LlmloadError
 from analysis.report import Report
 from analysis.storage import join_uri, open_store
-from infra.campaign.config import Campaign, NamedWorkload
+from infra.campaign.config import AUTO, Campaign, NamedWorkload, usable_cpus
 from infra.campaign.procs import Children
 from infra.campaign.report import (
     level_text,
@@ -343,8 +343,23 @@ def _announce(
         echo(
             f"waiting up to {campaign.worker_wait:g} s for {campaign.expect_workers} worker(s): "
             f"start each with `locust -f locustfiles/chat.py --worker --master-host <this host> "
-            f"--master-port {port}` (master bound to {campaign.master_bind_host}:{port})"
+            f"--master-port {port}` (master bound to {campaign.master_bind_host}:{port}; "
+            "`--processes N` starts N on a host, each one counts)"
         )
+    else:
+        echo(workers_line(campaign))
+
+
+def workers_line(campaign: Campaign) -> str:
+    """How many local worker processes the run starts, and why (`workers_per_host`)."""
+    count = campaign.local_workers
+    noun = "worker process" if count == 1 else "worker processes"
+    if campaign.workers_per_host == AUTO:
+        return f"{count} {noun}: one per CPU (workers_per_host: auto)"
+    cpus = usable_cpus()
+    shared = (f"; more than the {cpus} CPU(s) here: they share cores, so watch the report's "
+              "worker_cpu_max_pct") if count > cpus else ""  # fmt: skip
+    return f"{count} {noun} (workers_per_host: {campaign.workers_per_host}){shared}"
 
 
 def master_command(

@@ -37,6 +37,11 @@ def register(sub: Any) -> None:
         "median and confidence interval per step to DIR/repeats-<workload>/ (overrides the "
         "file's repeat)",
     )  # fmt: skip
+    parser.add_argument(
+        "--workers", metavar="auto|N", default=None,
+        help="start N local worker processes, or 'auto': one per CPU this process may use "
+        "(overrides the file's workers_per_host, external included)",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -49,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.config)
     if args.repeat is not None:
         campaign = _with_repeat(campaign, args.repeat)
+    if args.workers is not None:
+        campaign = _with_workers(campaign, args.workers)
     check_extra(campaign.extra, str(args.config))  # Locust's parser, before anything starts
     if args.validate:
         names = ", ".join(w.name for w in campaign.workload)
@@ -94,6 +101,26 @@ def _with_repeat(campaign: Any, repeat: int) -> Any:
     if not 1 <= repeat <= MAX_REPEAT:
         raise UsageError(f"--repeat must be between 1 and {MAX_REPEAT}, not {repeat}")
     return dataclasses.replace(campaign, repeat=repeat)
+
+
+def _with_workers(campaign: Any, text: str) -> Any:
+    """The campaign with `--workers auto|N` in place of its file's workers_per_host;
+    UsageError for anything else (0, -1, 'many', 'external')."""
+    import dataclasses
+
+    from analysis.errors import UsageError
+    from infra.campaign.config import EXTERNAL, workers_setting
+
+    try:
+        workers = workers_setting(text)
+    except UsageError:
+        workers = EXTERNAL  # refused below, with the one line --workers says
+    if workers == EXTERNAL:
+        raise UsageError(
+            f"--workers must be 'auto' (one per CPU) or a number of local worker processes "
+            f">= 1, not {text!r} (external workers: workers_per_host: external in the file)"
+        )
+    return dataclasses.replace(campaign, workers_per_host=workers)
 
 
 def _echo(line: str) -> None:

@@ -23,6 +23,37 @@ from locustfiles.request.tokenizer import TokenCounter
 
 _decode = json.JSONDecoder().decode
 
+try:  # the fast decoder (optional): a third of the standard one's time on a chunk event
+    import orjson
+
+    _fast: Any = orjson.loads
+    _FastError: Any = orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - orjson is a dependency; a bare install still works
+    _fast = None
+    _FastError = ValueError
+
+
+def _text(data: bytes | str) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def _loads(data: bytes | str) -> Any:
+    """An event's JSON. orjson first; whatever it refuses (NaN or Infinity, integers beyond 64
+    bits, invalid UTF-8, nesting past its limit) the standard decoder then judges, on the
+    text decoded with replacement, as before: so odd servers parse exactly as they did."""
+    if _fast is not None:
+        try:
+            return _fast(data)
+        except _FastError:
+            pass
+    text = _text(data)
+    try:
+        return _decode(text)
+    except ValueError:
+        raise StreamFailure("malformed_event", f"event is not JSON: {text[:80]!r}") from None
+    except RecursionError:
+        raise StreamFailure("malformed_event", "event nests too deeply") from None
+
 
 class StreamFailure(Exception):
     """The stream cannot be trusted from here on (kind is an error kind of schema v1)."""
@@ -62,19 +93,14 @@ class StreamState:
         rec.events += 1
         if rec.first_event_ns is None:
             rec.first_event_ns = t
-        if isinstance(data, bytes):
-            data = data.decode("utf-8", "replace")
-        if data == "[DONE]":
+        if data == b"[DONE]" or data == "[DONE]":
             self.done = True
             return
-        try:
-            obj = _decode(data)
-        except ValueError:
-            raise StreamFailure("malformed_event", f"event is not JSON: {data[:80]!r}") from None
-        except RecursionError:
-            raise StreamFailure("malformed_event", "event nests too deeply") from None
+        obj = _loads(data)
         if not isinstance(obj, dict):
-            raise StreamFailure("malformed_event", f"event is not a JSON object: {data[:80]!r}")
+            raise StreamFailure(
+                "malformed_event", f"event is not a JSON object: {_text(data)[:80]!r}"
+            )
         if obj.get("error"):
             raise StreamFailure("stream_error", _error_text(obj["error"]))
         if rec.server_request_id is None and isinstance(obj.get("id"), str):
@@ -109,7 +135,7 @@ class StreamState:
             finish = choice.get("finish_reason")
         except (AttributeError, TypeError, IndexError):
             raise StreamFailure(
-                "malformed_event", f"unexpected chunk shape: {data[:80]!r}"
+                "malformed_event", f"unexpected chunk shape: {_text(data)[:80]!r}"
             ) from None
         if finish:
             self.finish_reason = finish

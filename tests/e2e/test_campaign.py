@@ -107,8 +107,19 @@ def test_invalid_campaign_exits_2_with_one_line_and_starts_nothing(tmp_path: Pat
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.count("\n") == 1
-    assert "key 'workers' must be a number of local workers >= 1 or 'external'" in out.stderr
+    assert "key 'workers' must be a number of local worker processes >= 1, 'auto'" in out.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_bad_workers_option_exits_2_with_one_line(tmp_path: Path, value: str) -> None:
+    out = subprocess.run(
+        [LLMLOAD, "campaign", str(Path(__file__).parents[2] / "examples" / "sim-campaign.yaml"), "--workers", value],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr.count("\n") == 1 and "--workers must be 'auto'" in out.stderr
+    assert f"not {value!r}" in out.stderr and not (tmp_path / "runs").exists()
 
 
 class _Watcher:

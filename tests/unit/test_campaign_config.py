@@ -13,8 +13,17 @@ from typing import Any
 import pytest
 
 from analysis.errors import UsageError
-from infra.campaign import Campaign, Engine, NamedWorkload, Target, load_campaign, parse_campaign
-from infra.campaign.config import OWNED_FLAGS
+from infra.campaign import (
+    Campaign,
+    Engine,
+    NamedWorkload,
+    Target,
+    config,
+    load_campaign,
+    parse_campaign,
+    runner,
+)
+from infra.campaign.config import OWNED_FLAGS, usable_cpus
 from infra.campaign.runner import (
     SEARCH_BISECT_PROBES,
     estimated_seconds,
@@ -22,7 +31,9 @@ from infra.campaign.runner import (
     run_deadline,
     search_probes,
     worker_command,
+    workers_line,
 )
+from infra.commands.campaign import _with_workers
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.*ml"))
@@ -55,7 +66,8 @@ def test_examples_cover_engine_metadata_and_the_slo_gate() -> None:
 def test_minimal_file_takes_the_documented_defaults() -> None:
     c = parse_campaign(MINIMAL)
     assert c.workload == (NamedWorkload("default", "D(16,8)"),)
-    assert (c.steps, c.workers, c.expect_workers, c.events_uri) == ((1, 2, 4, 8), 2, 2, "runs")
+    assert (c.steps, c.workers_per_host, c.events_uri) == ((1, 2, 4, 8), "auto", "runs")
+    assert c.local_workers == c.expect_workers == usable_cpus()  # one worker process per CPU
     assert c.target == Target("http://127.0.0.1:8000")
 
 
@@ -83,9 +95,22 @@ def test_toml_and_yaml_read_the_same(tmp_path: Path) -> None:
         ({"step_duration": "10s"}, "key 'step_duration' must be a number of seconds"),
         ({"step_warmup": 40}, "key 'step_warmup' must be shorter than step_duration"),
         ({"cold_requests": -1}, "key 'cold_requests' must be >= 0"),
-        ({"workers": "many"}, "key 'workers' must be a number of local workers >= 1 or 'external'"),
+        ({"workers": "many"}, "key 'workers' must be a number of local worker processes >= 1, "
+                              "'auto' (one per CPU) or 'external', not 'many'"),
+        ({"workers_per_host": 0}, "key 'workers_per_host' must be a number of local worker "
+                                  "processes >= 1, 'auto' (one per CPU) or 'external', not 0"),
+        ({"workers_per_host": -1}, "key 'workers_per_host' must be a number of local worker"),
+        ({"workers_per_host": True}, "key 'workers_per_host' must be a number of local worker"),
+        ({"workers_per_host": 2.5}, "key 'workers_per_host' must be a number of local worker"),
         ({"workers": "external"}, "key 'expect_workers' is required with workers: external"),
+        ({"workers_per_host": "external"},
+         "key 'expect_workers' is required with workers_per_host: external"),
         ({"workers": 2, "expect_workers": 3}, "key 'expect_workers' must equal workers (2)"),
+        ({"workers_per_host": 2, "workers": 2},
+         "key 'workers' and 'workers_per_host' are one setting (workers is its old name): keep "
+         "only workers_per_host"),
+        ({"workers_per_hosts": 2}, "unknown key 'workers_per_hosts' (did you mean "
+                                   "'workers_per_host'?)"),
         ({"workload": "D(1"}, "key 'workload' is not a valid workload"),
         ({"workload": [{"name": "a"}]}, "missing required key 'workload[0].spec'"),
         ({"workload": [{"name": "a", "spec": "D(8,4)", "x": 1}]}, "unknown key 'workload[0].x'"),
@@ -192,7 +217,7 @@ def test_external_workers() -> None:
     c = parse_campaign(
         {
             **MINIMAL,
-            "workers": "external",
+            "workers_per_host": "external",
             "expect_workers": 3,
             "master_port": 5557,
             "master_bind_host": "10.0.0.5",
@@ -203,6 +228,62 @@ def test_external_workers() -> None:
     assert cmd[cmd.index("--expect-workers") + 1] == "3"
     assert cmd[cmd.index("--master-bind-host") + 1] == "10.0.0.5"
     assert worker_command(c, 5557)[-3:] == ["10.0.0.5", "--master-port", "5557"]
+
+
+def test_workers_per_host_auto_is_one_worker_process_per_usable_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(config, "usable_cpus", lambda: 6)
+    for given in ({}, {"workers_per_host": "auto"}, {"workers": "auto"}):
+        c = parse_campaign({**MINIMAL, **given})
+        assert (c.workers_per_host, c.local_workers, c.expect_workers) == ("auto", 6, 6)
+        cmd = master_command(c, c.workload[0], "r1", 5557)
+        assert cmd[cmd.index("--expect-workers") + 1] == "6"  # the master waits for all six
+    assert workers_line(c) == "6 worker processes: one per CPU (workers_per_host: auto)"
+    with pytest.raises(UsageError, match=re.escape("must equal workers_per_host (auto: 6 here)")):
+        parse_campaign({**MINIMAL, "workers_per_host": "auto", "expect_workers": 2})
+
+
+def test_usable_cpus_is_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: {0, 3}, raising=False)
+    assert usable_cpus() == 2
+    monkeypatch.delattr(config.os, "sched_getaffinity")
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 5)
+    assert usable_cpus() == 5
+
+
+def test_workers_per_host_n_and_its_old_name_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(runner, "usable_cpus", lambda: 2)
+    for key in ("workers_per_host", "workers"):
+        c = parse_campaign({**MINIMAL, key: 3, "expect_workers": 3})
+        assert (c.workers_per_host, c.local_workers, c.expect_workers) == (3, 3, 3)
+    assert workers_line(c).startswith("3 worker processes (workers_per_host: 3); more than the 2")
+    one = parse_campaign({**MINIMAL, "workers_per_host": 1})
+    assert workers_line(one) == "1 worker process (workers_per_host: 1)"
+    assert parse_campaign({**MINIMAL, "workers_per_host": "4"}).local_workers == 4
+
+
+def test_the_workers_option_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "usable_cpus", lambda: 4)
+    external = parse_campaign({**MINIMAL, "workers_per_host": "external", "expect_workers": 9})
+    c = _with_workers(external, "auto")
+    assert (c.workers_per_host, c.local_workers, c.expect_workers) == ("auto", 4, 4)
+    c = _with_workers(external, "3")
+    assert (c.external_workers, c.local_workers, c.expect_workers) == (False, 3, 3)
+    for bad in ("0", "-1", "many", "external", "2.5", ""):
+        with pytest.raises(UsageError) as caught:
+            _with_workers(external, bad)
+        assert str(caught.value) == (
+            "--workers must be 'auto' (one per CPU) or a number of local worker processes >= 1, "
+            f"not {bad!r} (external workers: workers_per_host: external in the file)"
+        )
+
+
+def test_processes_in_extra_is_refused() -> None:
+    with pytest.raises(UsageError, match="sets --processes, which the campaign controls: use "
+                       "workers_per_host"):  # fmt: skip
+        parse_campaign({**MINIMAL, "extra": ["--processes", "4"]})
 
 
 def test_engine_metadata_and_extra_reach_the_master_command() -> None:

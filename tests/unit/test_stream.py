@@ -171,3 +171,21 @@ def test_an_answer_that_was_only_an_end_of_sequence_token_has_its_token_placed()
         assert rec.chunk_tokens == [1] and rec.chunk_offsets == [20] and rec.chunk_chars == [0]
         assert rec.first_token_ns is None and rec.output_tokens == 1
         assert rec.output_tokens_source == "usage"
+
+
+def test_events_the_fast_decoder_refuses_parse_as_the_standard_one_would() -> None:
+    """orjson first (stream._loads); NaN, integers past 64 bits and invalid UTF-8 fall back to
+    the standard decoder on the text decoded with replacement, exactly as before."""
+    rec = record()
+    state = StreamState(rec, chat=True, counter=None)
+    base = {"id": "srv-1", "choices": [{"index": 0, "delta": {"content": "Hi\ufffd"}}]}
+    odd = json.dumps({**base, "score": float("nan"), "seed": 2**70})  # both json-only
+    state.on_event(odd.encode(), 10)
+    text = json.dumps(base).replace("\\ufffd", "")
+    bad_utf8 = text.replace('"Hi"', '"Hi\xff"').encode("latin-1")  # one byte no UTF-8 allows
+    state.on_event(bad_utf8, 20)
+    assert rec.chunk_offsets == [10, 20] and rec.events == 2
+    with pytest.raises(StreamFailure, match="event is not JSON: 'not json"):
+        state.on_event(b"not json at all", 30)
+    with pytest.raises(StreamFailure, match="event nests too deeply"):
+        state.on_event(b"[" * 100_000, 40)
