@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from analysis.stats import PERCENTILES
+from analysis.stats import PERCENTILES, weighted_quantiles
 
 if TYPE_CHECKING:
     from analysis.report import Report
@@ -180,20 +180,14 @@ class StepSample:
 
 def interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The nearest-rank percentile interval of resampled figures (NaN ones left out)."""
-    finite = np.sort(values[np.isfinite(values)])
-    if not len(finite):
-        return float("nan"), float("nan")
     tail = (1.0 - confidence) / 2.0
-    n = len(finite)
-    lo = int(np.clip(np.ceil(tail * n - _TOLERANCE * n) - 1, 0, n - 1))
-    hi = int(np.clip(np.ceil((1.0 - tail) * n - _TOLERANCE * n) - 1, 0, n - 1))
-    return float(finite[lo]), float(finite[hi])
+    low, high = weighted_quantiles(values[np.isfinite(values)], None, [tail, 1.0 - tail])
+    return float(low), float(high)
 
 
 def nearest_rank_median(values: np.ndarray) -> float:
     """The lower median of the finite values (a value that was measured); NaN when none."""
-    finite = np.sort(values[np.isfinite(values)])
-    return float(finite[(len(finite) - 1) // 2]) if len(finite) else float("nan")
+    return float(weighted_quantiles(values[np.isfinite(values)], None, [0.5])[0])
 
 
 def seed_for(seed: int, *path: int) -> np.random.SeedSequence:

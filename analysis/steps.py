@@ -462,7 +462,8 @@ BY_CHOICES: Final = ("model",)
 """What the summary rows can be split by (`llmload report --by`)."""
 
 
-def _row_name(row: dict[str, Any]) -> str:
+def row_name(row: dict[str, Any]) -> str:
+    """`step 2`, `cold-start group`, `step 2 (model a)`: how warnings name a summary row."""
     name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
     return f"{name} (model {row['model']})" if "model" in row else name
 
@@ -510,7 +511,7 @@ def _mixed_models_warning(masks: dict[str | None, np.ndarray]) -> list[str]:
 
 
 def _step_warnings(row: dict[str, Any]) -> list[str]:
-    name = _row_name(row)
+    name = row_name(row)
     out = []
     if row["requests"] and row["ok"] == 0:
         out.append(f"{name}: no successful request in the window; its latencies are missing")
@@ -627,7 +628,7 @@ def aggregate_steps(
     for row, window, population in zip(rows, windows, populations, strict=True):
         warnings.extend(_step_warnings(row))
         warnings.extend(open_loop_warnings(row))
-        name = _row_name(row)
+        name = row_name(row)
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
             warnings.extend(cache_warnings(name, row, step_entry(run.manifest, row["step"])))

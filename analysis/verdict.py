@@ -39,6 +39,7 @@ from analysis.completeness import Completeness
 from analysis.errors import UsageError
 from analysis.openloop import SLIP_WARN_MS
 from analysis.schema import SATURATED_CPU_PERCENT
+from analysis.steps import row_name
 from analysis.workers import SATURATED_LAG_MS
 
 VALID: Final = "valid"
@@ -150,11 +151,6 @@ def _num(row: dict[str, Any], key: str) -> float:
         return float("nan")
 
 
-def _name(row: dict[str, Any]) -> str:
-    name = "cold-start group" if row["group"] == "cold" else f"step {row['step']}"
-    return f"{name} (model {row['model']})" if "model" in row else name
-
-
 def _stalls(row: dict[str, Any], limits: Limits) -> tuple[bool, str, bool]:
     """(client-limited by stalls, the line describing them, whether it is a warning)."""
     stalled = row.get("requests_worker_stalled")
@@ -169,7 +165,7 @@ def _stalls(row: dict[str, Any], limits: Limits) -> tuple[bool, str, bool]:
         else "what they could move is unknown"
     )
     line = (
-        f"{_name(row)}: {stalled} request(s) ({share:.1%}) overlapped a stall of their own "
+        f"{row_name(row)}: {stalled} request(s) ({share:.1%}) overlapped a stall of their own "
         f"worker's event loop; {could} (event times come from the kernel; worker_stall_ns "
         "in requests.csv)"
     )
@@ -182,7 +178,7 @@ def step_verdict(
     row: dict[str, Any], limits: Limits, run_incomplete: bool
 ) -> tuple[str, list[str], list[str], list[str]]:
     """(verdict, reasons, warnings, notes) of one summary row."""
-    name = _name(row)
+    name = row_name(row)
     found: dict[str, list[str]] = {v: [] for v in VERDICTS}
     warnings: list[str] = []
     notes: list[str] = []
