@@ -429,6 +429,15 @@ def _token_source(a: _Arrays, latency: np.ndarray) -> dict[str, Any]:
     }
 
 
+def senders(req: pd.DataFrame, rows: np.ndarray) -> frozenset[str] | None:
+    """The workers that sent the requests `rows` selects: a group's health (CPU, loop lag,
+    saturation) is theirs alone; a worker that sent none of its requests (cut off, idle)
+    cannot have disturbed their timings."""
+    if "worker_id" not in req.columns:
+        return None  # not known: every worker's
+    return frozenset(req["worker_id"].astype(str).to_numpy()[rows].tolist())
+
+
 def _worker_health(
     a: _Arrays,
     per: pd.DataFrame,
@@ -441,7 +450,7 @@ def _worker_health(
     moved (per: the per-request metrics), and events read together."""
     measured = ~np.isnan(a.stall_ns)
     stalled = int((members & measured & (a.stall_ns > 0)).sum()) if measured.any() else None
-    out = a.health.columns(window, stalled)
+    out = a.health.columns(window, stalled, senders(req, members))
     if stalled is not None:
         ttft, tpot, e2e = (
             per[f"{m}_s"].to_numpy(np.float64)[latency] for m in ("ttft", "tpot", "e2e")
@@ -632,7 +641,7 @@ def aggregate_steps(
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
             warnings.extend(cache_warnings(name, row, step_entry(run.manifest, row["step"])))
-        warnings.extend(a.health.warnings(name, window, *saturation))
+        warnings.extend(a.health.warnings(name, window, *saturation, senders(req, population)))
         warnings.extend(path_warnings(name, row))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)

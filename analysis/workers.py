@@ -59,9 +59,9 @@ class WorkerHealth:
     stall_worker: np.ndarray
     stall_at_ns: np.ndarray
     measured: bool  # any sample at all (a run written before schema 1.1 has none)
-    _per_worker: dict[Window, dict[str, tuple[float, float, float]]] = field(
-        default_factory=dict, repr=False
-    )  # per_worker's answers: each window is asked twice (columns, warnings)
+    _per_worker: dict[
+        tuple[Window, frozenset[str] | None], dict[str, tuple[float, float, float]]
+    ] = field(default_factory=dict, repr=False)  # per_worker's answers: each is asked twice
 
     @classmethod
     def of(
@@ -93,30 +93,42 @@ class WorkerHealth:
             stall_at = np.array([], dtype=np.int64)
         return cls(worker, start, end, cpu, lags, stall_worker, stall_at, bool(len(samples)))
 
-    def per_worker(self, window: Window) -> dict[str, tuple[float, float, float]]:
+    def per_worker(
+        self, window: Window, senders: frozenset[str] | None = None
+    ) -> dict[str, tuple[float, float, float]]:
         """worker -> (CPU% max, loop-lag p99 ms, loop-lag p90 ms) over the samples
-        overlapping `window`."""
-        if window in self._per_worker:
-            return self._per_worker[window]
+        overlapping `window`; only the workers in `senders` (those whose requests the group
+        holds: a worker that sent none of them cannot have disturbed their timings) where
+        given."""
+        key = (window, senders)
+        if key in self._per_worker:
+            return self._per_worker[key]
         inside = (self.end_ns >= window.start_ns) & (self.start_ns <= window.end_ns)
         out: dict[str, tuple[float, float, float]] = {}
-        for worker in sorted(set(self.worker[inside].tolist())):
+        present = set(self.worker[inside].tolist())
+        for worker in sorted(present if senders is None else present & senders):
             mine = np.flatnonzero(inside & (self.worker == worker))
             lags = np.concatenate([self.lags[i] for i in mine]) if len(mine) else np.array([])
             p99, p90 = weighted_quantiles(lags.astype(np.float64), None, [0.99, 0.90])
             out[worker] = (float(self.cpu[mine].max()), float(p99) / 1000.0, float(p90) / 1000.0)
-        self._per_worker[window] = out
+        self._per_worker[key] = out
         return out
 
-    def columns(self, window: Window | None, stalled_requests: int | None) -> dict[str, Any]:
-        """The HEALTH_COLUMNS of one group row (NaN where nothing was measured)."""
+    def columns(
+        self,
+        window: Window | None,
+        stalled_requests: int | None,
+        senders: frozenset[str] | None = None,
+    ) -> dict[str, Any]:
+        """The HEALTH_COLUMNS of one group row (NaN where nothing was measured); CPU and
+        loop lag of the `senders` only, where given (see per_worker)."""
         nan = float("nan")
         row: dict[str, Any] = dict.fromkeys(HEALTH_COLUMNS, nan)
         row["requests_worker_stalled"] = stalled_requests
         row["stall_moved_figure"] = None
         if window is None or not self.measured:
             return row
-        workers = self.per_worker(window)
+        workers = self.per_worker(window, senders)
         if workers:
             row["worker_cpu_max_pct"] = max(cpu for cpu, _, _ in workers.values())
             row["loop_lag_p99_ms"] = np.nanmax([lag for _, lag, _ in workers.values()])
@@ -130,12 +142,14 @@ class WorkerHealth:
         window: Window | None,
         cpu_limit: float = SATURATED_CPU_PERCENT,
         lag_limit: float = SATURATED_LAG_MS,
+        senders: frozenset[str] | None = None,
     ) -> list[str]:
-        """One line per worker saturated in the window (the word "saturated" is the flag)."""
+        """One line per worker saturated in the window (the word "saturated" is the flag);
+        of the `senders` only, where given (see per_worker)."""
         if window is None or not self.measured:
             return []
         out = []
-        for worker, (cpu, p99, p90) in self.per_worker(window).items():
+        for worker, (cpu, p99, p90) in self.per_worker(window, senders).items():
             if cpu >= cpu_limit or p90 >= lag_limit:
                 out.append(
                     f"{name}: worker {worker} was saturated (CPU max {cpu:.0f}%, loop-lag p90 "

@@ -16,10 +16,11 @@ from tests.support.runs import RunBuilder
 
 
 def health_run() -> RunBuilder:
-    b = RunBuilder("health", workers=("w1", "w2"))
+    b = RunBuilder("health", workers=("w1", "w2", "w3"))
     b.manifest_extra["workers"] = [
         {"worker_id": "w1", "host": "a", "pid": 1, "clock_offset_ms": 0.0, "clock_rtt_ms": 0.2},
         {"worker_id": "w2", "host": "b", "pid": 2, "clock_offset_ms": 250.0, "clock_rtt_ms": 0.4},
+        {"worker_id": "w3", "host": "c", "pid": 3, "clock_offset_ms": 0.0, "clock_rtt_ms": 0.2},
     ]
     b.add_step(0, 2, started_s=0, spawned_s=1, ended_s=10, warmup_s=1)  # window [2, 10]
     b.add_step(1, 4, started_s=10, spawned_s=10, ended_s=20, warmup_s=1)  # window [11, 20]
@@ -39,6 +40,8 @@ def health_run() -> RunBuilder:
         b.add_sample("w2", at_s=second + 0.25, cpu=95.0 if second == 15 else 60.0,
                      lags_us=[8000] * 10 + [100] * 190)  # fmt: skip
     b.add_stall("w2", start_s=20.1, length_s=0.02)  # worker clock 20.1 = master 19.85
+    for second in range(12, 21):  # w3 (cut off from its master, flushing) sent nothing in
+        b.add_sample("w3", at_s=second, cpu=99.0, lags_us=[20000] * 200)  # step 1: not its
     return b
 
 
