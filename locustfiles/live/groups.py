@@ -11,6 +11,7 @@ bins (bounded by groups × metrics × BIN_LIMIT, whatever the request rate) and 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Protocol
 
 from locustfiles.live.sketch import Sketch
@@ -80,6 +81,13 @@ class GroupStats:
         token chunk's extra k-1 tokens give samples of 0. Binned per request (fast path)."""
         itl, icl = self.sketches["itl"], self.sketches["icl"]
         key = self.key  # the same mapping for every sketch
+        if tokens.count(1) == len(tokens) > 1:  # one token per event: ITL's samples are ICL's
+            gaps = [(b - a) / NS for a, b in zip(offsets, offsets[1:], strict=False)]
+            bins = {k: float(n) for k, n in Counter(map(key, gaps)).items()}
+            total, value_sum, lo, hi = float(len(gaps)), sum(gaps), min(gaps), max(gaps)
+            icl.add_keyed(bins, total, value_sum, lo, hi)
+            itl.add_keyed(bins, total, value_sum, lo, hi)
+            return
         ib: dict[int | None, float] = {}
         cb: dict[int | None, float] = {}
         i_n = i_sum = c_n = c_sum = 0.0

@@ -1,9 +1,11 @@
 """Send one request and read its response to the real end, timestamping every event.
 
-Runs under gevent (inside Locust). Each user owns a pooled keep-alive urllib3 connection
-pool (`new_pool()`; urllib3 is what requests and Locust's HttpSession run on, without their
-~0.4 ms of per-request Python overhead) and fires one Locust request event per request with
-the end-to-end time, rather than Locust's own event, which would time only the headers.
+Runs under gevent (inside Locust). Each user owns a keep-alive pool (`new_pool()`,
+`wire.py`): for plain http a lean HTTP/1.1 exchange on a urllib3 connection (one `sendall`,
+the headers parsed in place), for https and any other pool a tool passes urllib3's urlopen
+(what requests and Locust's HttpSession run on, without their ~0.4 ms of per-request
+overhead). The caller fires one Locust request event per request with the end-to-end time,
+rather than Locust's own event, which would time only the headers.
 Body bytes are read as they arrive (`sse.events`), every read gets `perf_counter_ns()`, and
 the body is read past `[DONE]` to its real end so the connection goes back to the pool.
 Once the headers are in, deadlines are kept by the watchdog, not by socket timeouts (a process
@@ -23,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
-import urllib3.connection
 from gevent import GreenletExit
 
 from locustfiles.request.errors import (
@@ -39,6 +40,9 @@ from locustfiles.request.sse import MAX_EVENT_BYTES, EventTooLong, events
 from locustfiles.request.stream import StreamFailure, StreamState, parse_body
 from locustfiles.request.tokenizer import TokenCounter
 from locustfiles.request.watchdog import ReadDeadlines, Watch
+from locustfiles.request.wire import UserPool, _Stamped, new_pool
+
+__all__ = ["Limits", "Tap", "classify_status", "execute", "new_pool", "note_phases"]
 
 _perf_ns = time.perf_counter_ns
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -62,67 +66,6 @@ class Limits:
         """Socket read timeout until the response headers (then the watchdog takes over)."""
         limits = (self.ttft_timeout, self.request_timeout) if stream else (self.request_timeout,)
         return min((t for t in limits if t), default=None)
-
-
-IDLE_RECONNECT_NS = 4_000_000_000
-"""A kept-alive connection idle this long is opened anew before the next request: servers
-close idle connections after a few seconds (uvicorn, so vLLM, SGLang and `transformers
-serve`: 5 s), and a request written just as the server closes its end fails with no
-response (RemoteDisconnected) though the server never saw it."""
-
-
-class _Stamped:
-    """A connection that timestamps the client's phases (schema 1.4): when it was opened and
-    how long that took, and when a request's first bytes were handed to the kernel. One idle
-    for IDLE_RECONNECT_NS since its last response ended is opened anew first."""
-
-    connected_at: int = 0  # perf_counter_ns when it was last opened
-    connect_ns: int | None = None  # how long opening it took (TCP, and TLS for https)
-    write_at: int = 0  # perf_counter_ns just before the current request's first send
-    idle_since: int = 0  # perf_counter_ns when its last response was read to its end
-
-    def connect(self) -> None:
-        start = _perf_ns()
-        super().connect()  # type: ignore[misc]
-        self.connected_at, self.connect_ns = start, _perf_ns() - start
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        self.write_at = 0  # a new request on this connection
-        if self.idle_since and _perf_ns() - self.idle_since > IDLE_RECONNECT_NS:
-            self.close()  # type: ignore[attr-defined]  # the server may be closing it now
-        self.idle_since = 0
-        super().request(*args, **kwargs)  # type: ignore[misc]
-
-    def send(self, data: Any) -> None:
-        if self.write_at == 0:
-            if getattr(self, "sock", None) is None:  # http.client opens it here (auto_open)
-                self.connect()
-            self.write_at = _perf_ns()
-        super().send(data)  # type: ignore[misc]
-
-
-class _StampedHTTP(_Stamped, urllib3.connection.HTTPConnection):
-    pass
-
-
-class _StampedHTTPS(_Stamped, urllib3.connection.HTTPSConnection):
-    pass
-
-
-class _StampedHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _StampedHTTP
-
-
-class _StampedHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _StampedHTTPS
-
-
-def new_pool() -> urllib3.PoolManager:
-    """One user's keep-alive pool: one connection per host, no retries, no redirects; its
-    connections timestamp the client's phases (`note_phases`)."""
-    pool = urllib3.PoolManager(num_pools=4, maxsize=1, block=False, retries=False)
-    pool.pool_classes_by_scheme = {"http": _StampedHTTPPool, "https": _StampedHTTPSPool}
-    return pool
 
 
 def _release(resp: Any) -> None:
@@ -185,7 +128,7 @@ def _error_body(resp: Any) -> bytes:
 
 
 def execute(
-    pool: urllib3.PoolManager,
+    pool: urllib3.PoolManager,  # new_pool()'s, or any urllib3 pool a tool passes
     url: str,
     body: dict[str, Any],
     headers: dict[str, str],
@@ -201,16 +144,22 @@ def execute(
     watch = Watch(limits)
     payload = _dumps(body).encode()
     hdrs = {"Content-Type": "application/json", "Accept-Encoding": "identity", **headers}
-    timeout = urllib3.Timeout(
-        connect=limits.connect_timeout, read=limits.headers_timeout(record.stream)
-    )
+    lean = pool.target(url) if isinstance(pool, UserPool) else None
     record.sent_at_ns = time.time_ns()
     t0 = watch.t0 = _perf_ns()
     try:
-        resp = pool.urlopen(
-            "POST", url, body=payload, headers=hdrs, timeout=timeout, retries=False,
-            redirect=False, preload_content=False, decode_content=False,
-        )  # fmt: skip
+        if lean is not None:  # plain http on a user's pool: wire.py's lean exchange
+            resp = pool.post(  # type: ignore[attr-defined]
+                lean, payload, hdrs, limits.connect_timeout, limits.headers_timeout(record.stream)
+            )
+        else:
+            timeout = urllib3.Timeout(
+                connect=limits.connect_timeout, read=limits.headers_timeout(record.stream)
+            )
+            resp = pool.urlopen(
+                "POST", url, body=payload, headers=hdrs, timeout=timeout, retries=False,
+                redirect=False, preload_content=False, decode_content=False,
+            )  # fmt: skip
         t0 = note_phases(record, resp, t0)  # from here, times count from the write
         record.headers_ns = _perf_ns() - t0
         record.http_status = resp.status

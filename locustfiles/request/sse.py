@@ -129,8 +129,14 @@ def body_reads(resp: Any, clock: Any) -> Iterator[tuple[bytes, int]]:
     closed as http.client itself would, so the keep-alive connection can go back to the pool.
 
     This relies on private attributes of urllib3's and http.client's responses
-    (`private_internals()`); without them it falls back to urllib3's read1, logged once.
+    (`private_internals()`); without them it falls back to urllib3's read1, logged once. A
+    response of the lean path (`wire.LeanResponse`) reads its own body the same way
+    (`timed_reads`).
     """
+    timed_reads = getattr(resp, "timed_reads", None)
+    if timed_reads is not None:
+        yield from timed_reads(clock)
+        return
     found = private_internals(resp)
     if isinstance(found, str):
         if found != "not chunked":
@@ -140,7 +146,7 @@ def body_reads(resp: Any, clock: Any) -> Iterator[tuple[bytes, int]]:
             yield data, t
         return
     fp, src, sock = found
-    yield from _dechunk(_buffered_reader(src, sock), socket_reader(sock), clock)
+    yield from dechunk(_buffered_reader(src, sock), socket_reader(sock), clock)
     fp._close_conn()
 
 
@@ -319,7 +325,15 @@ def _measure_kernel_skew(tries: int = 5) -> int:
     return best
 
 
-def _dechunk(
+def _size_with_extensions(line: bytes) -> int:
+    """A chunk size line with extensions (`1a;name=value`): its size."""
+    try:
+        return int(line.split(b";", 1)[0], 16)
+    except ValueError:
+        raise BodyError(f"bad chunk size line {line[:20]!r}") from None
+
+
+def dechunk(
     first_read: Callable[[], tuple[bytes, int] | None], read: Reader, clock: Any = None
 ) -> Iterator[tuple[bytes, int]]:
     """Chunked transfer decoding; yields (data each read completed, its time) to the end.
@@ -372,10 +386,21 @@ def _dechunk(
                         return
                     continue
                 try:
-                    left = int(line.split(b";", 1)[0], 16)
+                    left = int(line, 16)
                 except ValueError:
-                    raise BodyError(f"bad chunk size line {line[:20]!r}") from None
-                state = "data" if left else "trailer"
+                    left = _size_with_extensions(line)
+                if left < 0:
+                    raise BodyError(f"bad chunk size line {line[:20]!r}")
+                if not left:
+                    state = "trailer"
+                elif pos + left + 2 <= size:  # the common case: the whole chunk is here
+                    end = pos + left
+                    if pending[end : end + 2] != b"\r\n":
+                        raise BodyError("chunk data not followed by CRLF")
+                    out.append(pending[pos:end])
+                    pos, left = end + 2, 0
+                else:
+                    state = "data"
         pending = pending[pos:]
         if out:
             yield b"".join(out), t

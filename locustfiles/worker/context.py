@@ -118,6 +118,7 @@ class WorkerContext:
         self._lock = gevent.lock.Semaphore()
         self._close_lock = gevent.lock.Semaphore()
         self._secrets = secret_values(os.environ)
+        self._api_key = options.api_key()  # read once: os.environ costs µs per request
         config = SinkConfig(
             events_uri=options.events_uri,
             run_id=run_id,
@@ -162,7 +163,7 @@ class WorkerContext:
 
     # -- headers and bodies ------------------------------------------------------------
     def headers(self, request_id: str) -> dict[str, str]:
-        return probe_headers(request_id, self.options.api_key())
+        return probe_headers(request_id, self._api_key)
 
     def body(self, prompt: str | None, messages: list[dict[str, Any]] | None, max_tokens: int | None,
              stream: bool, probe: bool = False, model: str | None = None) -> dict[str, Any]:  # fmt: skip

@@ -85,9 +85,9 @@ def test_a_connection_idle_past_the_servers_keep_alive_is_opened_anew(
 ) -> None:
     """Servers close idle connections after a few seconds (uvicorn: 5 s); a request written
     as they do fails unseen. A connection idle past IDLE_RECONNECT_NS is opened anew first."""
-    from locustfiles.request import client
+    from locustfiles.request import wire
 
-    monkeypatch.setattr(client, "IDLE_RECONNECT_NS", 50_000_000)
+    monkeypatch.setattr(wire, "IDLE_RECONNECT_NS", 50_000_000)
     sim = sim_factory("--output-len", "4")
     pool = new_pool()
     first = _send(pool, sim.port, "d" * 32)

@@ -7,7 +7,7 @@ import random
 import pytest
 import sseclient
 
-from locustfiles.request.sse import BodyError, _dechunk, data_of, events
+from locustfiles.request.sse import BodyError, data_of, dechunk, events
 
 BODIES = [
     b'data: {"a": 1}\n\ndata: {"b": 2}\n\ndata: [DONE]\n\n',
@@ -79,19 +79,33 @@ def test_dechunk_whatever_the_reads(trailer: bytes) -> None:
     rng = random.Random(1)
     for _ in range(100):
         pieces = splits(raw[: -len(b"NEXT RESPONSE")], rng)
-        out = b"".join(d for d, _ in _dechunk(reader(pieces[:1]), reader(pieces[1:])))
+        out = b"".join(d for d, _ in dechunk(reader(pieces[:1]), reader(pieces[1:])))
         assert out == b"".join(payloads)
 
 
 def test_dechunk_reports_a_body_cut_short() -> None:
     raw = chunked([b"data: 1\n\n", b"data: 2\n\n"])[:-9]
     with pytest.raises(BodyError, match="closed before the end"):
-        list(_dechunk(reader([raw]), reader([])))
+        list(dechunk(reader([raw]), reader([])))
 
 
 def test_dechunk_rejects_garbage_sizes() -> None:
     with pytest.raises(BodyError, match="bad chunk size"):
-        list(_dechunk(reader([b"zz\r\nabc\r\n"]), reader([])))
+        list(dechunk(reader([b"zz\r\nabc\r\n"]), reader([])))
+    with pytest.raises(BodyError, match="bad chunk size"):
+        list(dechunk(reader([b"-3\r\nabc\r\n0\r\n\r\n"]), reader([])))
+    for whole in (True, False):  # a chunk whose data is not followed by CRLF, whole or split
+        raw = b"3\r\nabcXY0\r\n\r\n"
+        pieces = [raw] if whole else [raw[:5], raw[5:]]
+        with pytest.raises(BodyError, match="not followed by CRLF"):
+            list(dechunk(reader(pieces[:1]), reader(pieces[1:])))
+
+
+def test_dechunk_reads_extensions_and_any_hex_case() -> None:
+    raw = b"A;name=value\r\n0123456789\r\n1a\r\n" + b"x" * 26 + b"\r\n0;last\r\n\r\n"
+    for cut in range(1, len(raw)):
+        got = b"".join(d for d, _ in dechunk(reader([raw[:cut]]), reader([raw[cut:]])))
+        assert got == b"0123456789" + b"x" * 26, cut
 
 
 def test_the_kernel_clock_skew_of_a_normal_process_is_zero() -> None:
