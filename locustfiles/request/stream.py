@@ -157,10 +157,12 @@ class StreamState:
                 rec.note_source("usage")
         elif self.counter is not None:
             tokens = self.counter.count(content + reasoning + calls)
-            rec.note_source("tokenizer")
+            if rec.output_tokens_source != "tokenizer":
+                rec.note_source("tokenizer")
         else:
             tokens = 1
-            rec.note_source("events")
+            if rec.output_tokens_source != "events":
+                rec.note_source("events")
         rec.chunk_offsets.append(t)
         rec.chunk_tokens.append(tokens)
         rec.chunk_chars.append(len(content) + len(reasoning) + len(calls))
