@@ -10,7 +10,7 @@ ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
 VLLM_VENV    := .venv-vllm
 VLLM_STAMP   := $(VLLM_VENV)/.llmload-installed
 
-.PHONY: setup test test-slow test-multihost test-min test-engine lint format demo bench soak clean
+.PHONY: setup test test-slow test-multihost test-min test-engine test-containers lint format demo bench soak clean
 
 setup: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml infra/setup_system.sh
 	@touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -m "not slow and not engine and not multihost" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not engine and not multihost and not containers" $(PYTEST_ARGS)
 
 # A campaign across hosts: each role in a network namespace of its own (root, iproute2;
 # libfaketime for the skewed-clock worker). Skipped, saying why, where namespaces cannot be made.
@@ -29,6 +29,13 @@ test-multihost: setup
 	@command -v ip >/dev/null || (apt-get update -qq && apt-get install -y -qq iproute2) || true
 	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || (apt-get update -qq && apt-get install -y -qq faketime) || true
 	$(BIN)/python -m pytest -m multihost tests/multihost $(PYTEST_ARGS)
+
+# The image (on a Debian base made here: no registry is reachable), a compose campaign and a
+# `podman kube play` campaign of the k8s manifests, under podman as root. Installs what it
+# needs; skipped, saying why, where podman cannot be installed. docs/campaigns.md.
+test-containers: setup
+	@bash tests/containers/setup_host.sh $(BIN)
+	$(BIN)/python -m pytest -m containers tests/containers $(PYTEST_ARGS)
 
 # Long end-to-end suites (capacity searches, workers joining, long arrival schedules).
 test-slow: setup

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,22 @@ def unseen_by_server(requests: pd.DataFrame, truth: dict[str, dict[str, Any]]) -
     cut_off = unseen["status"].isin(["aborted", "dropped"])
     assert cut_off.all() and unseen["http_status"].isna().all(), unseen
     return unseen
+
+
+def assert_steps_match_the_truth(
+    rows: pd.DataFrame, truth: dict[str, dict[str, Any]], summary: dict[str, Any]
+) -> None:
+    """The report's per-step request counts (summary.json; the cold group as -1) are the
+    server's: every request it logged, in its step, plus only the rows it could not have
+    seen (`unseen_by_server`); steps cold, 0 and 1."""
+    unseen = unseen_by_server(rows, truth)
+    step_of = rows.set_index("request_id")["step"].astype(int)
+    truth_per_step = Counter(int(step_of[rid]) for rid in truth) + Counter(
+        unseen["step"].astype(int)
+    )
+    report_per_step = {(-1 if r["group"] == "cold" else int(r["step"])): r["requests_total"]
+                       for r in summary["steps"]}  # fmt: skip
+    assert report_per_step == truth_per_step and set(truth_per_step) == {-1, 0, 1}
 
 
 def run_requests(run: Path) -> pd.DataFrame:

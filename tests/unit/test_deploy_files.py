@@ -1,8 +1,9 @@
 """Deployment files (infra/docker, infra/compose, infra/k8s): parse, schema-validate, conventions.
 
 Offline: the compose-spec schema comes from check-jsonschema's vendored copy, the Kubernetes
-schemas from kubernetes-validate (strict: unknown fields are errors). Docker itself cannot
-run here; the Dockerfile is checked for its pinned Locust version and its paths.
+schemas from kubernetes-validate (strict: unknown fields are errors). The Dockerfile is
+checked for its pinned Locust version and its paths. That the files run, under podman:
+tests/containers (`make test-containers`).
 """
 
 from __future__ import annotations
@@ -117,9 +118,20 @@ def test_compose_schema_rejects_unknown_fields() -> None:
 
 def test_compose_services_and_worker_scaling() -> None:
     services = _compose()["services"]
-    assert {"minio", "createbucket", "sim", "master", "worker"} <= set(services)
+    assert {"store", "createbucket", "sim", "master", "worker", "report"} <= set(services)
     assert services["sim"]["profiles"] == ["sim"]
-    assert services["createbucket"]["image"].startswith("${MC_IMAGE:-minio/mc")
+    assert services["report"]["profiles"] == ["report"]
+    # every service runs llmload's own image: no other image to pull
+    assert {s["image"] for s in services.values()} == {"${LLMLOAD_IMAGE:-llmload:0.1.0}"}
+    assert services["store"]["entrypoint"] == ["weed"]
+    assert "-ip.bind=0.0.0.0" in services["store"]["command"]
+    assert services["createbucket"]["entrypoint"][-1] == "infra.containers.bucket"
+    # podman 4.3 cannot start a container whose dependencies have dependencies: only the
+    # master depends on others, and those on nothing
+    for name, service in services.items():
+        if name != "master":
+            assert "depends_on" not in service, f"{name}: only the master has dependencies"
+    assert services["master"]["environment"]["LOCUST_WAIT_READY"]
     worker = services["worker"]
     assert "container_name" not in worker, "a fixed name defeats --scale worker=N"
     assert not worker.get("ports"), "a published port defeats --scale worker=N"
@@ -149,8 +161,8 @@ def test_compose_credentials_come_from_variables() -> None:
         for key, value in (service.get("environment") or {}).items():
             if SECRET_ENV.search(key) and key != "LOCUST_API_KEY_ENV":
                 assert re.fullmatch(r"\$\{[A-Z0-9_]+(:[?-][^}]*)?\}", str(value)), (name, key)
-    assert services["minio"]["environment"]["MINIO_ROOT_PASSWORD"].startswith(
-        "${MINIO_ROOT_PASSWORD:?"
+    assert services["store"]["environment"]["AWS_SECRET_ACCESS_KEY"].startswith(
+        "${LLMLOAD_STORE_SECRET_KEY:?"
     )
 
 
@@ -168,7 +180,7 @@ def test_compose_env_example_has_placeholders_only() -> None:
         for line in example.read_text().splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     )
-    assert values["MINIO_ROOT_PASSWORD"].startswith("change-me")
+    assert values["LLMLOAD_STORE_SECRET_KEY"].startswith("change-me")
     assert "OPENAI_API_KEY" not in values
     # Every variable the compose file requires (${NAME:?...}) is in the example.
     required = set(re.findall(r"\$\{([A-Z0-9_]+):\?", COMPOSE.read_text()))
@@ -298,7 +310,8 @@ def test_every_locust_variable_is_a_known_option() -> None:
             used |= {k for k in resource["data"] if k.startswith("LOCUST_")}
         for container in _containers(resource):
             used |= {e["name"] for e in container.get("env", []) if e["name"].startswith("LOCUST_")}
-    used |= set(re.findall(r"\b(LOCUST_[A-Z_]+)=", DOCKERFILE.read_text()))
+    env = " ".join(rest for op, rest in _dockerfile_instructions() if op == "ENV")
+    used |= set(re.findall(r"\b(LOCUST_[A-Z_]+)=", env))
     assert used - known == set()
 
 
@@ -330,10 +343,23 @@ def _locust_lower_bound() -> str:
     return match[1]
 
 
+def _build_args() -> dict[str, str]:
+    """The Dockerfile's ARG defaults."""
+    return dict(
+        rest.split("=", 1) for op, rest in _dockerfile_instructions() if op == "ARG" and "=" in rest
+    )
+
+
 def test_dockerfile_pins_the_tested_locust_version() -> None:
     (base,) = [rest for op, rest in _dockerfile_instructions() if op == "FROM"]
-    match = re.fullmatch(r"locustio/locust:(\d+\.\d+\.\d+)", base)
-    assert match, f"FROM {base}: pin an exact locustio/locust version"
+    assert base == "${BASE_IMAGE}", (
+        "the base is a build argument (a local base where no registry is)"
+    )
+    args = _build_args()
+    match = re.fullmatch(r"locustio/locust:(\d+\.\d+\.\d+)", args["BASE_IMAGE"])
+    assert match, f"BASE_IMAGE={args['BASE_IMAGE']}: pin an exact locustio/locust version"
+    # on another base, pip installs Locust at LOCUST_VERSION: the same as the official image's
+    assert args["LOCUST_VERSION"] == match[1]
     pinned, installed = match[1], _installed_locust_version()
     assert Version(pinned) >= Version(_locust_lower_bound())
     if pinned != installed and Version(installed) == Version(_locust_lower_bound()):
@@ -508,3 +534,29 @@ def _dockerignored(path: str) -> bool:
 )
 def test_dockerignore_keeps_local_state_out(path: str) -> None:
     assert _dockerignored(path)
+
+
+# --- the in-cluster store and the wait for it ----------------------------------------------
+
+
+def test_k8s_store_is_where_the_campaign_writes() -> None:
+    (config,) = _load(K8S / "campaign-configmap.yaml")
+    (service,) = _load(K8S / "store-service.yaml")
+    (port,) = service["spec"]["ports"]
+    assert config["data"]["AWS_ENDPOINT_URL_S3"] == (
+        f"http://{service['metadata']['name']}:{port['port']}"
+    )
+    (store,) = _load(K8S / "store-deployment.yaml")
+    (container,) = _containers(store)
+    assert container["command"] == ["weed"] and f"-s3.port={port['port']}" in container["args"]
+    assert container["ports"][0]["name"] == port["targetPort"]
+
+
+def test_the_master_waits_for_the_store_with_a_module_of_the_image() -> None:
+    (job,) = _load(K8S / "master-job.yaml")
+    (init,) = job["spec"]["template"]["spec"]["initContainers"]
+    module = init["command"][init["command"].index("-m") + 1]
+    assert module == "infra.containers.bucket"
+    assert (ROOT / (module.replace(".", "/") + ".py")).is_file()
+    compose = _compose()["services"]["createbucket"]["entrypoint"]
+    assert compose[compose.index("-m") + 1] == module
