@@ -198,6 +198,7 @@ def test_demo_prints_the_summary_and_stops_everything_it_started(tmp_path: Path)
     assert not leftovers  # the store's data and the spool went with it
 
 
+@pytest.mark.slow  # 20 s each: `make test-slow`
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_demo_interrupted_stops_everything_it_started(tmp_path: Path, sig: signal.Signals) -> None:
     proc, watcher = _demo(tmp_path, "--steps", "1,2", "--step-duration", "60")

@@ -17,6 +17,8 @@ import pytest
 
 from tests.support.chat import assert_no_answered_request_lost, reap, start_sim, wait_for
 
+pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`
+
 LLMLOAD = str(Path(sys.executable).parent / "llmload")
 
 

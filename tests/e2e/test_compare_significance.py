@@ -18,6 +18,8 @@ import pytest
 from infra.cli import main
 from tests.support.chat import run_locust, start_sim
 
+pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`
+
 SIM = ("--decode-base-ms", "20", "--prefill-per-token-us", "50", "--decode-per-seq-us", "0",
        "--decode-per-kv-token-ns", "0", "--prefix-cache", "off")  # fmt: skip
 RUN = ("--steps", "8", "--step-duration", "4", "--step-warmup", "0.5", "--cold-requests", "0",

@@ -27,6 +27,8 @@ from tests.support.chat import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`
+
 TABLES = ("requests", "chunks", "samples", "stalls")
 RUN = ("--step-warmup", "0", "--cold-requests", "0", "--workload", "D(16,64)")
 

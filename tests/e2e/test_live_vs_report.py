@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import pandas as pd
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.ports import free_port
 from tests.e2e.test_web_ui import CHROMIUM_ARGS, start_staircase, wait_http
 from tests.support.chat import BIN, LOCUSTFILE, start_sim
+
+pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`
 
 STEP_S = 8
 FAULTS = ("--fault-500-rate", "0.1")  # some step-0 requests fail: failures are compared too

@@ -11,8 +11,12 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
+import pytest
+
 from analysis.build import build_report
 from tests.support.chat import run_locust, start_sim, unseen_by_server
+
+pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`
 
 SIM = ("--served-models", "fast,slow", "--model-cost", "slow:3", "--decode-base-ms", "4")
 

@@ -9,9 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from infra.ports import free_port
 from tests.e2e.test_web_ui import CHROMIUM_ARGS, start_staircase, wait_http
 from tests.support.chat import BIN, LOCUSTFILE, start_sim
+
+pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`
 
 
 def _wait_manifest_done(events: Path, timeout: float) -> dict[str, object] | None:

@@ -106,10 +106,12 @@ class SimProcess:
         return {rid: row for rid, row in self.raw_truth().items() if not rid.startswith("probe-")}
 
     def raw_truth(self) -> dict[str, dict[str, Any]]:
-        """Every request the server logged (generation routes: POSTs), probes included."""
-        lines = self.truth_path.read_text().splitlines() if self.truth_path.exists() else []
+        """Every request the server logged (generation routes: POSTs), probes included. Read
+        while the server runs, the last line may be half written: only whole lines count."""
+        text = self.truth_path.read_text() if self.truth_path.exists() else ""
+        lines = text.split("\n")[:-1]  # the piece after the last newline is not whole yet
         out: dict[str, dict[str, Any]] = {}
-        for line in lines:
+        for line in filter(None, lines):
             row = json.loads(line)
             out[row["request_id"]] = row
         return out
