@@ -188,9 +188,18 @@ class _Arrays:
     # first turn), not a later turn of a session
     slip_ms: np.ndarray  # per sent request: sent − intended − queued, ms; NaN when not open loop
     queued_ms: np.ndarray  # per sent request: wait for a cap slot, ms; NaN when not open loop
+    workers: tuple[np.ndarray, np.ndarray] | None  # per request: its worker's code; the names
     health: WorkerHealth
     sessions: SessionTable | None  # the run's sessions (schema 1.3), None without
     path: RequestPath  # the request path: client phases and the engine's spans joined
+
+
+def _worker_codes(req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each request's worker as a code into the workers' names, once for every group."""
+    if "worker_id" not in req.columns:
+        return None
+    codes, names = pd.factorize(req["worker_id"].astype(str))
+    return codes, np.asarray(names, dtype=object)
 
 
 def _float(frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -243,6 +252,7 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         arrival=first_turns(req),
         slip_ms=slip_ms,
         queued_ms=queued_ms,
+        workers=_worker_codes(req),
         health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
         sessions=SessionTable.of(req, metrics.per_request["e2e_s"].to_numpy(np.float64)),
         path=request_path(
@@ -429,13 +439,18 @@ def _token_source(a: _Arrays, latency: np.ndarray) -> dict[str, Any]:
     }
 
 
-def senders(req: pd.DataFrame, rows: np.ndarray) -> frozenset[str] | None:
-    """The workers that sent the requests `rows` selects: a group's health (CPU, loop lag,
-    saturation) is theirs alone; a worker that sent none of its requests (cut off, idle)
-    cannot have disturbed their timings."""
-    if "worker_id" not in req.columns:
-        return None  # not known: every worker's
-    return frozenset(req["worker_id"].astype(str).to_numpy()[rows].tolist())
+def senders(
+    workers: tuple[np.ndarray, np.ndarray] | None, rows: np.ndarray
+) -> frozenset[str] | None:
+    """The workers that sent the requests `rows` selects (`workers`: each request's worker as
+    a code into the names, `_Arrays.workers`): a group's health (CPU, loop lag, saturation)
+    is theirs alone; a worker that sent none of its requests (cut off, idle) cannot have
+    disturbed their timings. None where the rows name no worker (every worker's, then)."""
+    if workers is None:
+        return None
+    codes, names = workers
+    used = np.bincount(codes[rows], minlength=len(names)) > 0
+    return frozenset(names[used].tolist())
 
 
 def _worker_health(
@@ -450,7 +465,7 @@ def _worker_health(
     moved (per: the per-request metrics), and events read together."""
     measured = ~np.isnan(a.stall_ns)
     stalled = int((members & measured & (a.stall_ns > 0)).sum()) if measured.any() else None
-    out = a.health.columns(window, stalled, senders(req, members))
+    out = a.health.columns(window, stalled, senders(a.workers, members))
     if stalled is not None:
         ttft, tpot, e2e = (
             per[f"{m}_s"].to_numpy(np.float64)[latency] for m in ("ttft", "tpot", "e2e")
@@ -641,7 +656,9 @@ def aggregate_steps(
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
             warnings.extend(cache_warnings(name, row, step_entry(run.manifest, row["step"])))
-        warnings.extend(a.health.warnings(name, window, *saturation, senders(req, population)))
+        warnings.extend(
+            a.health.warnings(name, window, *saturation, senders(a.workers, population))
+        )
         warnings.extend(path_warnings(name, row))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)

@@ -71,10 +71,14 @@ class _Stamped:
         super().connect()  # type: ignore[misc]
         self.connected_at, self.connect_ns = start, _perf_ns() - start
 
+    def idle_too_long(self) -> bool:
+        """Idle past IDLE_RECONNECT_NS since its last response: the server may be closing it."""
+        return bool(self.idle_since) and _perf_ns() - self.idle_since > IDLE_RECONNECT_NS
+
     def request(self, *args: Any, **kwargs: Any) -> None:
         self.write_at = 0  # a new request on this connection
-        if self.idle_since and _perf_ns() - self.idle_since > IDLE_RECONNECT_NS:
-            self.close()  # type: ignore[attr-defined]  # the server may be closing it now
+        if self.idle_too_long():
+            self.close()  # type: ignore[attr-defined]
         self.idle_since = 0
         super().request(*args, **kwargs)  # type: ignore[misc]
 
@@ -187,7 +191,7 @@ class UserPool(urllib3.PoolManager):
             sock = conn.sock
             if (
                 sock is None
-                or _perf_ns() - conn.idle_since > IDLE_RECONNECT_NS
+                or conn.idle_too_long()
                 or _readable(sock)  # the server closed it (or sent junk)
             ):
                 conn.close()
