@@ -22,7 +22,7 @@ each export with analysis.spans. What is checked, against what vLLM itself repor
   request's trace (`trace_id_of(request_id)`), child of the header's span, with
   `gen_ai.request.id = chatcmpl-<X-Request-Id>` and the request's usage;
 - a forced queue: six concurrent requests on two sequence slots; the four that waited show
-  it in `gen_ai.latency.time_in_queue`;
+  it in `gen_ai.latency.time_in_queue`, and `vllm:request_queue_time_seconds` agrees;
 - cancellation: a stream closed by the client leaves `vllm:num_requests_running` (back to
   0 within seconds, long before its max_tokens could have been generated).
 
@@ -386,49 +386,102 @@ def test_every_request_has_one_span_in_its_own_trace(
         assert span["end_ns"] > span["start_ns"]
 
 
+class GaugeWatch(threading.Thread):
+    """Samples one /metrics gauge every 0.1 s until stopped: (seconds since start, value or
+    the error) for each scrape; never dies of a failed scrape.
+
+    What it saw is printed, not asserted: on CI a scrape once took longer than a whole
+    8-second stream (the engine was then fine: the counters and spans were right), so a
+    gauge's short-lived value is reported here and the checks rest on counters and spans."""
+
+    def __init__(self, server: VllmServe, name: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.name = server, name
+        self.samples: list[tuple[float, float | str]] = []
+        self.started = time.monotonic()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                value: float | str = total(metrics(self.server), self.name)
+            except Exception as exc:  # recorded, the watch goes on
+                value = repr(exc)[:80]
+            self.samples.append((round(time.monotonic() - self.started, 2), value))
+            self.done.wait(0.1)
+
+    def seen(self, value: float) -> bool:
+        return any(v == value for _, v in self.samples)
+
+    def stop(self) -> str:
+        self.done.set()
+        self.join(15)
+        return f"{self.name} on /metrics: {self.samples[:40]}"
+
+
+def histogram(values: dict[str, float], name: str) -> dict[str, float]:
+    """A histogram's buckets by upper bound (`le`, as written), with `count` and `sum`."""
+    out = {"count": total(values, name + "_count"), "sum": total(values, name + "_sum")}
+    for key, value in values.items():
+        if key.startswith(name + "_bucket{"):
+            le = key.split('le="', 1)[1].split('"', 1)[0]
+            out[le] = out.get(le, 0.0) + value
+    return out
+
+
 def test_a_forced_queue_shows_as_time_in_queue(
     server: VllmServe, sink: SpanSink, pool: urllib3.PoolManager
 ) -> None:
-    """Six requests at once on two sequence slots: four wait for a slot, and say so."""
+    """Six requests at once on two sequence slots: four wait for a slot, and say so in their
+    spans and in vLLM's queue-time histogram, which agree."""
     ids = [new_id() for _ in range(6)]
-    waiting_seen: list[float] = []
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            waiting_seen.append(total(metrics(server), "vllm:num_requests_waiting"))
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    before = histogram(metrics(server), "vllm:request_queue_time_seconds")
+    watch = GaugeWatch(server, "vllm:num_requests_waiting")
+    watch.start()
     try:
         with ThreadPoolExecutor(len(ids)) as executor:
             answers = list(
                 executor.map(lambda r: chat(pool, server, r, body(server, 16, 400)), ids)
             )
     finally:
-        done.set()
-        watcher.join(10)
+        print("\n" + watch.stop())
+    after = histogram(metrics(server), "vllm:request_queue_time_seconds")
     assert all(a["usage"]["completion_tokens"] == 400 for a in answers)
     spans = sink.spans_of([trace_id_of(r) for r in ids]).sort_values("queue_s")
     assert len(spans) == len(ids)
     queue = spans["queue_s"].tolist()
     decode = float(spans["decode_s"].min())
-    print(f"\nqueue times {[round(q, 3) for q in queue]} s; shortest decode {decode:.3f} s; "
-          f"most waiting seen on /metrics: {max(waiting_seen, default=0):.0f}")  # fmt: skip
+    print(f"queue times {[round(q, 3) for q in queue]} s; shortest decode {decode:.3f} s")
     # the four that waited queued at least half a request's decode
     waited = [q for q in queue if q > decode / 2]
     assert len(waited) >= len(ids) - MAX_NUM_SEQS, queue
-    assert max(waiting_seen, default=0) >= 1
+    # /metrics: six more queue times, summing to what the spans say
+    grew = {le: after[le] - before.get(le, 0.0) for le in after}
+    assert grew["count"] == len(ids), grew
+    assert grew["sum"] == pytest.approx(sum(queue), abs=0.01 * len(ids)), (grew, queue)
+    # and the histogram puts four of them above a bound that the two served at once are under
+    bounds = {float(le): le for le in grew if le not in ("count", "sum", "+Inf")}
+    served = max((q for q in queue if q not in waited), default=0.0)
+    under = [b for b in bounds if served < b <= min(waited)]
+    if under:  # no bound lies between them when a decode is shorter than 0.6 s
+        above = grew["count"] - grew[bounds[max(under)]]
+        assert above >= len(ids) - MAX_NUM_SEQS, (max(under), grew)
 
 
 LONG_ANSWER = MAX_MODEL_LEN - 256
-"""Tokens asked of the stream the client leaves: as many as the context allows (the tiny model
-on a quiet machine wrote 1,500 before the client's close reached it)."""
+"""Tokens asked of the stream the client leaves: as many as the context allows (~8 s of
+generation for the tiny model on two cores)."""
 
 
 def test_a_cancelled_stream_leaves_the_running_gauge(server: VllmServe, sink: SpanSink) -> None:
+    """The client reads five events and goes away: vLLM stops generating (far fewer tokens
+    than asked) and its running and waiting gauges go back to 0.
+
+    The client leaves at once: waiting on /metrics first let the whole answer be written
+    on CI, where a scrape took seconds. Whether a scrape saw the stream running is printed."""
     before = metrics(server)
+    watch = GaugeWatch(server, "vllm:num_requests_running")
+    watch.start()
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     request_id = new_id()
     conn.request(
@@ -445,11 +498,6 @@ def test_a_cancelled_stream_leaves_the_running_gauge(server: VllmServe, sink: Sp
             line = resp.readline()
             assert line, "the stream ended early"
             events += line.startswith(b"data: ")
-        wait_for(
-            lambda: total(metrics(server), "vllm:num_requests_running") == 1,
-            10,
-            "the stream counted in vllm:num_requests_running",
-        )
     finally:
         resp.close()
         conn.close()  # the client goes away mid-stream
@@ -462,13 +510,17 @@ def test_a_cancelled_stream_leaves_the_running_gauge(server: VllmServe, sink: Sp
             and total(now, "vllm:num_requests_waiting") == 0
         )
 
-    wait_for(released, 10, "vllm:num_requests_running back to 0 after the client left")
-    print(f"\nrunning gauge back to 0 {time.monotonic() - closed:.2f} s after the disconnect")
-    # it stopped generating: fewer than the tokens asked for
+    try:
+        wait_for(released, 10, "vllm:num_requests_running back to 0 after the client left")
+        print(f"\nrunning gauge back to 0 {time.monotonic() - closed:.2f} s after the disconnect")
+    finally:
+        print(watch.stop())
+    # it stopped generating: fewer than the tokens asked for (all of them take ~8 s)
     generated = total(metrics(server), "vllm:generation_tokens_total") - total(
         before, "vllm:generation_tokens_total"
     )
-    assert generated < LONG_ANSWER, generated
+    print(f"generated {generated:.0f} of {LONG_ANSWER} tokens")
+    assert events <= generated < LONG_ANSWER, generated
 
 
 def test_llmload_run_exact_prompts_and_forced_lengths(
