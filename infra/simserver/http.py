@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -49,8 +50,9 @@ class Request:
     keep_alive: bool
     received_ns: int = 0  # time.perf_counter_ns() when the request was complete
     received_unix_ns: int = 0  # time.time_ns() at the same moment
-    # the kernel's receive time of the request's first bytes, when they were already waiting
-    # as the connection was accepted (its first request; `kernel_arrival_ns`); 0 unknown
+    # the kernel's receive time (unix ns) of the read that began the request: peeked as the
+    # connection was accepted (`kernel_arrival_ns`), else from the stamped read (`StampedReads`);
+    # 0 unknown (not Linux, or the request's bytes came behind another request's in one read)
     kernel_arrival_unix_ns: int = 0
     query: str = ""
 
@@ -146,11 +148,74 @@ def kernel_arrival_ns(transport: asyncio.BaseTransport) -> int:
             )
     except OSError:  # BlockingIOError: nothing waiting
         return 0
+    return _stamp_of(ancillary)
+
+
+def _stamp_of(ancillary: list[tuple[int, int, bytes]]) -> int:
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
             seconds, nanos = struct.unpack("qq", data[:16])
-            return seconds * 1_000_000_000 + nanos
+            return int(seconds * 1_000_000_000 + nanos)
     return 0
+
+
+class StampedReads:
+    """A connection's reads with the kernel's receive time: asyncio's socket transport reads
+    with `recv`, which drops the stamp; this takes over its read callback and reads with
+    `recvmsg`, the rest as asyncio does (EOF, errors). So every request, not only a
+    connection's first, knows when its bytes reached the kernel, and the time they waited for
+    a busy server loop to read them is the server's in the truth log.
+
+    It uses two of the CPython selector transport's private names (`_read_ready_cb`,
+    `_sock`); where they are missing (another event loop) `install` declines and reads stay
+    asyncio's own, without stamps."""
+
+    SPACE = socket.CMSG_SPACE(16)
+
+    def __init__(self, transport: Any, on_data: Callable[[bytes, int], None]) -> None:
+        self.transport = transport
+        self.sock: socket.socket = transport._sock
+        self.on_data = on_data
+        self.max_size = int(getattr(transport, "max_size", 256 * 1024))
+
+    @classmethod
+    def install(
+        cls, transport: asyncio.BaseTransport, on_data: Callable[[bytes, int], None]
+    ) -> StampedReads | None:
+        if SO_TIMESTAMPNS is None or not isinstance(
+            getattr(transport, "_sock", None), socket.socket
+        ):
+            return None
+        if getattr(transport, "_read_ready_cb", False) is None or not hasattr(
+            transport, "_read_ready__on_eof"
+        ):  # _read_ready_cb: set (not None) by asyncio before connection_made
+            return None
+        reads = cls(transport, on_data)
+        transport._read_ready_cb = reads.ready  # type: ignore[attr-defined]
+        return reads
+
+    def ready(self) -> None:
+        tr = self.transport
+        if tr._conn_lost:
+            return
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(self.max_size, self.SPACE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # as asyncio's own read
+            tr._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not data:
+            tr._read_ready__on_eof()
+            return
+        try:
+            self.on_data(data, _stamp_of(ancillary))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            tr._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
 
 class HttpConnection(asyncio.Protocol):
@@ -166,7 +231,7 @@ class HttpConnection(asyncio.Protocol):
         self._sent_continue = False
         self._paused = False
         self.transport: asyncio.Transport | None = None
-        self._kernel_arrival_unix_ns = 0  # the first request's, when known (connection_made)
+        self._kernel_arrival_unix_ns = 0  # the next request's, when known
         self.on_lost: Callable[[], None] | None = None  # set by the handler per request
 
     # --- asyncio.Protocol ---------------------------------------------------------------
@@ -175,6 +240,14 @@ class HttpConnection(asyncio.Protocol):
         self.transport = transport
         self._registry.add(self)
         self._kernel_arrival_unix_ns = kernel_arrival_ns(transport)
+        StampedReads.install(transport, self.stamped_data_received)
+
+    def stamped_data_received(self, data: bytes, kernel_unix_ns: int) -> None:
+        """`data_received` with the kernel's receive time of the read: a read into an empty
+        buffer begins a request, whose arrival it is (unless the accept-time peek had it)."""
+        if not self._buffer and not self._kernel_arrival_unix_ns:
+            self._kernel_arrival_unix_ns = kernel_unix_ns
+        self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data

@@ -1,8 +1,8 @@
 """Ground-truth log: one JSON line per request, written when the request ends.
 
 Fields (docs/simserver.md): request_id, path, status, outcome, arrival_unix_ns,
-kernel_arrival_unix_ns (the kernel's receive time of a connection's first request when it
-waited in the accept queue; null otherwise), stream,
+kernel_arrival_unix_ns (the kernel's receive time of the request's bytes; null when unknown),
+stream,
 prompt_tokens, completion_tokens, cached_tokens (prompt tokens found in the prefix cache;
 null when never admitted), tool_call (the answer was a tool call), finish_reason, faults,
 headers_offset_ns and events, a list of [offset_ns, tokens] per SSE event written, offsets

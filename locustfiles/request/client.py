@@ -161,7 +161,9 @@ def execute(
                 redirect=False, preload_content=False, decode_content=False,
             )  # fmt: skip
         t0 = note_phases(record, resp, t0)  # from here, times count from the write
-        record.headers_ns = _perf_ns() - t0
+        # the lean path knows when the headers reached the kernel; urllib3's, when read
+        head_at = resp.arrived_at if lean is not None else _perf_ns()
+        record.headers_ns = max(head_at - t0, 0)
         record.http_status = resp.status
         record.server_request_id = resp.headers.get("x-request-id")
         if resp.status != 200:
@@ -190,6 +192,8 @@ def execute(
         else:  # each read checks the deadlines (no watchdog in this process)
             clock = ReadDeadlines(watch, _socket_of(resp), limits.read_timeout)
             watch.progress = clock.last = _perf_ns()
+        if lean is not None:  # no body byte came before the headers' kernel time
+            clock.last = head_at
         for datas, arrived in events(resp, clock, limits.max_event_bytes):  # sets watch.last
             watch.progress = arrived  # a data event: the stall timer starts again
             now = arrived - t0

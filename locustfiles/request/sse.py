@@ -128,7 +128,8 @@ def body_reads(resp: Any, clock: Any) -> Iterator[tuple[bytes, int]]:
     the socket itself once http.client's buffer is drained: http.client returns one chunk
     per call, which costs more than the event in it. Bytes http.client had already buffered
     with the headers are taken without waiting (they arrived with the headers; their time is
-    when they are taken); everything after comes from the socket with kernel times. Other
+    when they are taken: the lean path, which reads the headers with kernel times too, gives
+    them the headers' arrival); everything after comes from the socket with kernel times. Other
     bodies go through urllib3. At the end of a chunked body the http.client response is
     closed as http.client itself would, so the keep-alive connection can go back to the pool.
 

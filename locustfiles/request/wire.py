@@ -176,7 +176,7 @@ class UserPool(urllib3.PoolManager):
             sock.settimeout(read_timeout)
             conn.write_at = _perf_ns()
             sock.sendall(head + payload)
-            return _read_head(self, key, conn, sock)
+            return _read_head(self, key, conn)
         except BaseException as exc:
             conn.close()  # in an unknown state
             if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
@@ -235,11 +235,13 @@ def new_pool() -> UserPool:
 
 class LeanResponse:
     """A response read by the lean path: status, headers (names lower-case), the body's
-    framing and the bytes that came with the headers. `_connection` as urllib3's responses
-    have it (the phases, the socket)."""
+    framing, the bytes that came with the headers and when they came (`arrived_at`:
+    perf_counter ns of the read that completed the headers, the kernel's receive time where
+    the platform stamps it). `_connection` as urllib3's responses have it (the phases, the
+    socket)."""
 
-    __slots__ = ("_body", "_connection", "_key", "_pool", "_rest", "buffered", "chunked",
-                 "complete", "headers", "length", "reusable", "status")  # fmt: skip
+    __slots__ = ("_body", "_connection", "_key", "_pool", "_rest", "arrived_at", "buffered",
+                 "chunked", "complete", "headers", "length", "reusable", "status")  # fmt: skip
 
     def __init__(
         self,
@@ -250,9 +252,11 @@ class LeanResponse:
         headers: dict[str, str],
         buffered: bytes,
         reusable: bool,
+        arrived_at: int,
     ) -> None:
         self._pool, self._key, self._connection = pool, key, conn
         self.status, self.headers, self.buffered = status, headers, buffered
+        self.arrived_at = arrived_at
         self.reusable = reusable
         self.complete = False  # the body was read to its end
         self._body: Iterator[tuple[bytes, int]] | None = None
@@ -273,21 +277,20 @@ class LeanResponse:
 
     def timed_reads(self, clock: Any) -> Iterator[tuple[bytes, int]]:
         """The body, one piece per socket read with its arrival time (`sse.body_reads`'s
-        contract), de-chunked; to its end, after which the connection can be given back."""
-        sock = self._connection.sock
-        stamped = self._connection.reader
-        if stamped is None or stamped[0] is not sock:
-            stamped = self._connection.reader = (sock, sse.socket_reader(sock))
-        read = stamped[1]
+        contract), de-chunked; to its end, after which the connection can be given back.
+        The bytes that came with the headers arrived when they did (`arrived_at`), not when
+        this greenlet got round to them."""
+        read = _reader(self._connection)
         first, self.buffered = self.buffered, b""
+        at = self.arrived_at
         if self.chunked:
-            yield from dechunk(lambda: (first, _perf_ns()) if first else None, read, clock)
+            yield from dechunk(lambda: (first, at) if first else None, read, clock)
         elif self.length is not None:
             left = self.length
             if first:
                 piece = first[:left]
                 left -= len(piece)
-                clock.last = _perf_ns()
+                clock.last = max(at, clock.last)
                 yield piece, clock.last
             while left > 0:
                 data, t = read()
@@ -298,7 +301,7 @@ class LeanResponse:
                 left -= len(data)
         else:  # to the connection's end
             if first:
-                clock.last = _perf_ns()
+                clock.last = max(at, clock.last)
                 yield first, clock.last
             while True:
                 data, t = read()
@@ -354,9 +357,22 @@ class _Closed:
 _CLOSED: Any = _Closed()
 
 
-def _read_head(pool: UserPool, key: tuple[str, int], conn: Any, sock: Any) -> LeanResponse:
-    """Read and parse the status line and headers (skipping 1xx interim responses)."""
+def _reader(conn: Any) -> Reader:
+    """The connection's socket reader with arrival times (`sse.socket_reader`), made once per
+    socket."""
+    sock = conn.sock
+    stamped = conn.reader
+    if stamped is None or stamped[0] is not sock:
+        stamped = conn.reader = (sock, sse.socket_reader(sock))
+    return stamped[1]
+
+
+def _read_head(pool: UserPool, key: tuple[str, int], conn: Any) -> LeanResponse:
+    """Read and parse the status line and headers (skipping 1xx interim responses), with
+    the arrival time of the read that completed them."""
+    read = _reader(conn)
     buf = b""
+    at = 0
     while True:
         end = buf.find(b"\r\n\r\n")
         sep = 4
@@ -367,7 +383,7 @@ def _read_head(pool: UserPool, key: tuple[str, int], conn: Any, sock: Any) -> Le
                 raise ProtocolError(
                     "Connection aborted.", BadStatusLine(buf[:40].decode("latin-1"))
                 )
-            data = sock.recv(READ_SIZE)
+            data, at = read()
             if not data:
                 conn.close()
                 reason: Exception = (
@@ -401,4 +417,4 @@ def _read_head(pool: UserPool, key: tuple[str, int], conn: Any, sock: Any) -> Le
             reusable = "close" not in connection
         else:
             reusable = "keep-alive" in connection
-        return LeanResponse(pool, key, conn, status, headers, buf, reusable)
+        return LeanResponse(pool, key, conn, status, headers, buf, reusable, at or _perf_ns())

@@ -96,3 +96,32 @@ def test_a_connection_idle_past_the_servers_keep_alive_is_opened_anew(
     after_idle = _send(pool, sim.port, "f" * 32)
     assert [r.status for r in (first, at_once, after_idle)] == ["ok"] * 3
     assert [r.connect_new for r in (first, at_once, after_idle)] == [True, False, True]
+
+
+def test_bytes_that_came_with_the_headers_keep_their_arrival_time(
+    sim_factory: SimFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lean path reads the headers with kernel receive times: when the client gets to
+    them late (a busy worker: here 150 ms), the headers and the event that came with them
+    (the role event) are timed by their arrival, not by the late read."""
+    from locustfiles.request import wire
+
+    late_s = 0.15
+    real_read_head = wire._read_head
+
+    def late_read_head(*args: object) -> wire.LeanResponse:
+        time.sleep(late_s)  # the response is in the kernel's buffer meanwhile
+        return real_read_head(*args)  # type: ignore[arg-type]
+
+    pool = new_pool()
+    sim = sim_factory("--output-len", "4")
+    _send(pool, sim.port, "1" * 32)  # a warm connection
+    monkeypatch.setattr(wire, "_read_head", late_read_head)
+    start = time.perf_counter()
+    record = _send(pool, sim.port, "2" * 32)
+    took_s = time.perf_counter() - start
+    assert record.status == "ok", record.error_detail
+    assert took_s >= late_s  # the client did read late
+    assert record.headers_ns is not None and record.first_event_ns is not None
+    assert record.headers_ns < late_s * 1e9 / 3, record.headers_ns
+    assert record.first_event_ns == record.headers_ns  # the role event came with them
