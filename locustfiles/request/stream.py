@@ -33,6 +33,40 @@ except ImportError:  # pragma: no cover - orjson is a dependency; a bare install
     _FastError = ValueError
 
 
+try:  # the typed decoder (optional): the chunk shape straight into slotted objects
+    import msgspec
+
+    class _Delta(msgspec.Struct):
+        content: str | None = None
+        reasoning_content: str | None = None
+        reasoning: str | None = None
+        tool_calls: Any = None
+
+    class _Choice(msgspec.Struct):
+        delta: _Delta | None = None
+        text: str | None = None
+        finish_reason: str | None = None
+
+    class _Usage(msgspec.Struct):
+        completion_tokens: int | None = None
+        prompt_tokens: int | None = None
+        prompt_tokens_details: Any = None
+
+    class _Chunk(msgspec.Struct):
+        id: Any = None
+        choices: list[_Choice] | None = None
+        usage: _Usage | None = None
+        error: Any = None
+
+    _typed: Any = msgspec.json.Decoder(_Chunk).decode
+    # ValidationError is a DecodeError; msgspec before 0.19 raised UnicodeDecodeError (a
+    # ValueError) for invalid UTF-8
+    _TypedError: Any = (msgspec.DecodeError, ValueError, RecursionError)
+except ImportError:  # pragma: no cover - msgspec is a dependency; a bare install still works
+    _typed = None
+    _TypedError = ValueError
+
+
 def _text(data: bytes | str) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
 
@@ -96,6 +130,14 @@ class StreamState:
         if data == b"[DONE]" or data == "[DONE]":
             self.done = True
             return
+        if _typed is not None:
+            try:
+                chunk = _typed(data)
+            except _TypedError:  # not the usual shape: the general path judges it
+                pass
+            else:
+                self._on_chunk(chunk, t)
+                return
         obj = _loads(data)
         if not isinstance(obj, dict):
             raise StreamFailure(
@@ -137,6 +179,52 @@ class StreamState:
             raise StreamFailure(
                 "malformed_event", f"unexpected chunk shape: {_text(data)[:80]!r}"
             ) from None
+        self._output(content, reasoning, calls, finish, usage_delta, t)
+
+    def _on_chunk(self, chunk: Any, t: int) -> None:
+        """`on_event` for an event the typed decoder read (`_Chunk`): the same rules, on
+        attributes instead of dict lookups."""
+        rec = self.record
+        if chunk.error:
+            raise StreamFailure("stream_error", _error_text(chunk.error))
+        if rec.server_request_id is None and isinstance(chunk.id, str):
+            rec.server_request_id = chunk.id
+        usage_delta = None
+        usage = chunk.usage
+        if usage is not None:
+            ct = usage.completion_tokens
+            if ct is not None:
+                usage_delta = ct - self.usage_tokens
+                self.usage_tokens = ct
+                rec.completion_tokens = ct
+            if usage.prompt_tokens is not None:
+                rec.prompt_tokens = usage.prompt_tokens
+            if usage.prompt_tokens_details is not None:
+                _note_cached_details(rec, usage.prompt_tokens_details)
+        choices = chunk.choices
+        if not choices:
+            return
+        choice = choices[0]
+        calls = ""
+        if self.chat:
+            delta = choice.delta
+            if delta is None:
+                content = reasoning = ""
+            else:
+                content = delta.content or ""
+                reasoning = delta.reasoning_content or delta.reasoning or ""
+                if delta.tool_calls:
+                    calls = _tool_call_deltas(rec, delta.tool_calls)
+        else:
+            content = choice.text or ""
+            reasoning = ""
+        self._output(content, reasoning, calls, choice.finish_reason, usage_delta, t)
+
+    def _output(
+        self, content: str, reasoning: str, calls: str, finish: Any, usage_delta: Any, t: int
+    ) -> None:
+        """An event's output (text, reasoning, tool-call arguments) and finish reason."""
+        rec = self.record
         if finish:
             self.finish_reason = finish
             self.finish_t = t
@@ -206,7 +294,11 @@ class StreamState:
 
 def _note_cached(rec: RequestRecord, usage: Any) -> None:
     """usage.prompt_tokens_details.cached_tokens: prompt tokens the server's cache served."""
-    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    if isinstance(usage, dict):
+        _note_cached_details(rec, usage.get("prompt_tokens_details"))
+
+
+def _note_cached_details(rec: RequestRecord, details: Any) -> None:
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if isinstance(cached, int) and not isinstance(cached, bool):
         rec.cached_tokens = cached

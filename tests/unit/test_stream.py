@@ -189,3 +189,73 @@ def test_events_the_fast_decoder_refuses_parse_as_the_standard_one_would() -> No
         state.on_event(b"not json at all", 30)
     with pytest.raises(StreamFailure, match="event nests too deeply"):
         state.on_event(b"[" * 100_000, 40)
+
+
+ODD_EVENTS = [
+    {"id": "srv-1", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+    {"choices": [{"delta": {"reasoning_content": "think"}}], "usage": {"completion_tokens": 1}},
+    {"choices": [{"delta": {"reasoning": "more"}}], "usage": {"completion_tokens": True}},
+    {"choices": [{"delta": {"content": "Hi"}}], "usage": {"completion_tokens": 3.0}},
+    {"choices": [{"delta": {"content": "a"}}], "usage": {"completion_tokens": "5"}},
+    {"choices": [{"delta": {"content": "b"}}], "usage": {"prompt_tokens": None}},
+    {"choices": [{"delta": {"content": "c"}}], "usage": {}},
+    {"choices": [{"delta": {"content": "d"}}], "usage": None, "error": None},
+    {"choices": [], "usage": {"completion_tokens": 9, "prompt_tokens": 4,
+                              "prompt_tokens_details": {"cached_tokens": 2}}},
+    {"choices": None, "usage": {"prompt_tokens_details": {"cached_tokens": True}}},
+    {"choices": [{"delta": None}]},
+    {"choices": [{"delta": {}}], "id": 5, "extra": {"nested": [1, 2]}},
+    {"choices": [{"delta": {"content": None}, "finish_reason": ""}]},
+    {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call-1", "function":
+                 {"name": "get", "arguments": "{\"a\""}}]}}]},
+    {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
+    {"choices": [{"delta": {"tool_calls": [{"function": None}]}}]},
+    {"choices": [{"delta": {"tool_calls": "x"}}]},
+    {"choices": [{"delta": {"tool_calls": [1]}}]},
+    {"choices": [{"delta": {"content": 5}}]},
+    {"choices": ["x"]},
+    {"choices": [None]},
+    {"error": ""},
+    {"error": "overloaded"},
+    {"error": {"message": "boom"}},
+    {"choices": [{"text": "completion text", "delta": {"content": "e"}}]},
+    {"choices": [{"delta": {"content": "f"}, "finish_reason": "stop"}],
+     "usage": {"completion_tokens": 12, "prompt_tokens": 4}},
+]  # fmt: skip
+
+
+def _run_events(chat: bool, events: list[bytes]) -> tuple[list[str | None], dict]:
+    import dataclasses
+
+    rec = record()
+    rec.reply_parts = []
+    state = StreamState(rec, chat=chat, counter=None)
+    outcomes: list[str | None] = []
+    for i, data in enumerate(events):
+        try:
+            state.on_event(data, 10 * (i + 1))
+            outcomes.append(None)
+        except Exception as exc:  # the same failures, of the same kind, either way
+            outcomes.append(f"{type(exc).__name__}: {getattr(exc, 'kind', '')} {exc}")
+    fields = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
+    fields.update(finish_reason=state.finish_reason, finish_t=state.finish_t, done=state.done)
+    return outcomes, fields
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_the_typed_decoder_reads_every_event_as_the_general_path_does(
+    chat: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """msgspec's typed decoder takes the usual chunk shape; whatever it refuses (a bool or a
+    float for a count, a number for text, a choice that is not an object) goes the general
+    way. Both must leave the same record, event by event, and fail the same events."""
+    from locustfiles.request import stream
+
+    assert stream._typed is not None  # a dependency: the fast path is what runs
+    events = [json.dumps(e).encode() for e in ODD_EVENTS] + [b"[DONE]"]
+    typed = _run_events(chat, events)
+    monkeypatch.setattr(stream, "_typed", None)
+    general = _run_events(chat, events)
+    assert typed[0] == general[0]
+    assert typed[1] == general[1]
+    assert sum(o is None for o in typed[0]) > len(events) // 2  # most events are output
