@@ -11,6 +11,10 @@ each event with the time it arrived. Rules (docs/events.md):
   the request records the weakest source it had to use;
 - totals prefer the server's `usage`, taken from whichever event carries it;
 - `[DONE]` is noted, never required: a stream that ends after a finish reason is complete.
+
+Decoding: msgspec's typed decoder reads the usual chunk shape into structs (`_on_chunk`);
+whatever it refuses goes to orjson, then the standard decoder (`_loads`), with the same
+rules: both ways leave the same record (tests/unit/test_stream.py).
 """
 
 from __future__ import annotations
