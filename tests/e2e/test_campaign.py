@@ -51,6 +51,7 @@ engine:
     return path
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_campaign_report_counts_every_request_the_engine_saw(
     tmp_path: Path, s3_target: S3Target
 ) -> None:

@@ -15,10 +15,13 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from infra.ports import free_port
 from tests.support.chat import start_master, start_sim, start_worker
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_a_master_that_loses_its_only_worker_fails_naming_it(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

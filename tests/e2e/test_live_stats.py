@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.metrics import compute_request_metrics
@@ -34,6 +35,7 @@ def finished_manifest(events: Path) -> dict | None:
     return manifest if manifest["status"] != "running" else None
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_metrics_endpoint_of_a_distributed_run_matches_the_events(tmp_path: Path) -> None:
     events = tmp_path / "runs"
     web_port, master_port = free_port(), free_port()

@@ -184,6 +184,7 @@ def test_a_worker_that_joins_gets_a_share_at_the_next_step(tmp_path: Path) -> No
     unseen_by_server(requests, truth)
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_over_the_cap_arrivals_wait_or_are_dropped(tmp_path: Path) -> None:
     """Requests of about 0.4 s at 20/s need 8 in flight: a cap of 2 makes the rest wait, or drop."""
     slow = ("--decode-base-ms", "20", "--decode-per-seq-us", "0", "--decode-per-kv-token-ns", "0")

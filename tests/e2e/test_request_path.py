@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analysis import build_report
 from analysis.engine import Engine
@@ -72,6 +73,7 @@ def test_every_request_has_its_span_and_the_parts_add_up(tmp_path: Path) -> None
         assert np.allclose(both[f"{part}_s"], both[f"{part}_s_sql"], atol=1e-9, rtol=0), part
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_a_forced_queue_shows_as_queue_time(tmp_path: Path) -> None:
     ok, step, _, _ = _run(tmp_path, "--max-num-seqs", "1", "--decode-base-ms", "4")
     assert ok["span"].all()

@@ -175,6 +175,7 @@ def test_a_recorded_conversation_is_replayed_turn_by_turn(tmp_path: Path) -> Non
     assert replayed >= 4
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_open_loop_arrivals_start_sessions(tmp_path: Path) -> None:
     """Rate steps with sessions: each arrival starts one; the run's end cuts the last ones."""
     result, requests, _, truth = _run(

@@ -95,6 +95,7 @@ def test_a_signal_stops_a_headless_run_and_keeps_every_answered_request(
     _run_and_signal(tmp_path, sig, workers=0)
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_sigterm_on_a_master_flushes_its_workers(tmp_path: Path) -> None:
     _run_and_signal(tmp_path, signal.SIGTERM, workers=2)
 

@@ -10,6 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from infra.ports import free_port
 from tests.support.chat import BIN, LOCUSTFILE, start_sim, unseen_by_server
 
@@ -105,6 +107,7 @@ def test_a_run_started_from_the_web_ui_steps_and_records_events(tmp_path: Path) 
     assert "D(12,8)" in stats_text  # Locust's stats table shows the scenario, once per request
 
 
+@pytest.mark.slow  # long (10-20 s): `make test-slow` keeps the default suite near 10 min
 def test_a_rate_run_started_from_the_web_ui_sends_its_schedule(tmp_path: Path) -> None:
     """Open loop from the form: --rates and --arrival are text fields of the start form."""
     from playwright.sync_api import sync_playwright
