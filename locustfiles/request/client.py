@@ -162,8 +162,8 @@ def execute(
             )  # fmt: skip
         t0 = note_phases(record, resp, t0)  # from here, times count from the write
         # the lean path knows when the headers reached the kernel; urllib3's, when read
-        head_at = resp.arrived_at if lean is not None else _perf_ns()
-        record.headers_ns = max(head_at - t0, 0)
+        head_at = max(resp.arrived_at, t0) if lean is not None else _perf_ns()
+        record.headers_ns = head_at - t0
         record.http_status = resp.status
         record.server_request_id = resp.headers.get("x-request-id")
         if resp.status != 200:

@@ -238,7 +238,10 @@ def socket_reader(sock: Any) -> Reader:
 
     def read() -> tuple[bytes, int]:
         data, ancdata, _, _ = recvmsg(READ_SIZE, _ANC_SIZE)
-        perf, wall = _perf_ns(), _time_ns()
+        # the wall clock first: a thread switch between the two readings (the sink's thread
+        # taking the GIL) can then only make the time later, never earlier than the arrival
+        wall = _time_ns()
+        perf = _perf_ns()
         for level, kind, payload in ancdata:
             if (
                 level == socket.SOL_SOCKET

@@ -214,3 +214,31 @@ def test_event_times_are_the_kernels_arrival_not_when_the_client_read_them(
                     ("last token", record.chunk_offsets[-1]), ("end", record.end_ns)):  # fmt: skip
         before_read = held + record.headers_ns - t
         assert before_read >= 150 * MS, f"{name} timed {before_read / MS:.1f} ms before the read"
+
+
+def test_a_thread_switch_between_the_clock_readings_never_times_a_read_before_its_arrival(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read's kernel time is moved onto perf_counter with two clock readings; when the loop
+    thread loses the GIL between them (the sink's thread, milliseconds), the time may come
+    out late, never before the bytes arrived (CI once saw a first event timed before the
+    request's write, in a saturated open-loop worker)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname()) as client:
+            server, _ = listener.accept()
+            with server:
+                read = sse.socket_reader(client)  # stamps on (the skew measured unpatched)
+                sent = time.perf_counter_ns()
+                server.sendall(b"x")
+                time.sleep(0.02)  # the bytes are in the kernel's buffer
+
+                def late_wall() -> int:  # the thread was switched out before this reading
+                    time.sleep(0.005)
+                    return time.time_ns()
+
+                monkeypatch.setattr(sse, "_time_ns", late_wall)
+                data, t = read()
+    assert data == b"x"
+    assert t >= sent, (t - sent) / 1e6
