@@ -15,7 +15,11 @@ model leaves out: the HTTP round trip before the engine sees the request (the cl
 it, the server parses it and answers with its head and role event before admitting it, the
 client reads them). The client measures exactly that as TTFE, so the allowance is the
 step's TTFE p50 over the runs, not a guess: about 0.5 ms on an idle machine, a few ms on a
-busy one. TTFT - TTFE - the formula has a median within 0.2 ms of 0 on a busy 2-core box.
+busy one. The formula also leaves out the wake-up of the prefill step: the simulator's
+engine sleeps each step on a timer thread that hands over to its loop (infra/simserver/
+clock.py: ~0.1-0.5 ms late on a VM), allowed as STEP_WAKE_S. (While the first event was
+timed when the client's loop got to it, TTFE carried that much and more; since the headers'
+read is kernel-timed it does not, and an interval once missed by 0.03 ms without it.)
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from tests.support.chat import start_sim
 LLMLOAD = str(Path(sys.executable).parent / "llmload")
 DECODE_BASE_S = 0.0005
 PREFILL_PER_TOKEN_S = 100e-6
+STEP_WAKE_S = 0.0005  # the prefill step's timer wake-up (module docstring)
 SIM_ARGS = (
     "--prefix-cache", "off",  # the runs resend the same seeded prompts: no cache hits
     "--decode-base-ms", str(DECODE_BASE_S * 1e3),
@@ -97,7 +102,7 @@ def test_five_repeats_give_intervals_that_contain_the_configured_ttft(tmp_path: 
     for rate, figure in ttft.items():
         step = measured[measured["rate"] == rate]
         expected = configured_ttft_s(nearest_rank_median(step["prompt_tokens"].to_numpy(float)))
-        allowance = nearest_rank_median(step["ttfe_s"].to_numpy(float))  # docstring
+        allowance = nearest_rank_median(step["ttfe_s"].to_numpy(float)) + STEP_WAKE_S
         assert figure["enough"], figure["why"]
         low, high = figure["ci_low"], figure["ci_high"]
         assert low - allowance <= expected <= high, (rate, expected, allowance, figure)
