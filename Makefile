@@ -14,7 +14,7 @@ VLLM_STAMP   := $(VLLM_VENV)/.llmload-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml infra/setup_system.sh
+$(STAMP): pyproject.toml setup.py locustfiles/request/_ssefast.c infra/setup_system.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	bash infra/setup_system.sh

@@ -471,6 +471,7 @@ class RunCoordinator:
             rows_rejected=int(sink.get("rejected_rows") or 0) if sink else None,
             rows_dropped=int(sink.get("dropped_rows") or 0) if sink else None,
             sink_errors=tuple(str(e) for e in errors[:SINK_ERRORS_KEPT]) if errors else (),
+            sse_reader=str(hello["sse_reader"]) if hello.get("sse_reader") else None,
         )
 
 

@@ -13,12 +13,21 @@ event, and the read that ends the body): the stall timer and the response's end 
 An event still pending (not yet ended by its blank line) is bounded: once it holds more than
 `max_event_bytes` the stream is cut (`EventTooLong`, recorded as `malformed_event`); checked
 once per read, on the pending buffer's length, never per line.
+
+The per-read work (de-chunking, line ends, splitting, each event's data) runs in C where the
+extension `_ssefast` is built (`pip install` builds it; setup.py): one call per read instead of
+a Python loop per chunk and per event, about a third of a saturated worker's time (issue 25,
+docs/benchmarks.md). The Python code below stays the reference and the fallback: where the
+extension is missing (no compiler at install time, or `LLMLOAD_SSE=python`) it runs instead,
+with the same results (tests/unit/test_sse_native.py holds them equal, errors included).
+`implementation()` names the one in use.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -41,6 +50,24 @@ _TIMESPEC = struct.Struct("@qq")
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 
 Reader = Callable[[], tuple[bytes, int]]
+
+_native: Any = None
+if os.environ.get("LLMLOAD_SSE", "").lower() != "python":
+    try:
+        from locustfiles.request import _ssefast as _native  # type: ignore[no-redef]
+    except ImportError:  # not built (no compiler at install time): the Python code below
+        _native = None
+
+
+try:
+    from gevent.socket import socket as _gsocket
+except ImportError:  # pragma: no cover - gevent is a dependency
+    _gsocket = None
+
+
+def implementation() -> str:
+    """The SSE reader in use: "native" (the C extension) or "python"."""
+    return "python" if _native is None else "native"
 
 
 class BodyError(ConnectionError):
@@ -74,6 +101,91 @@ def events(
     ignored; CRLF, CR and LF line ends; a final event without its blank line still counts.
     """
     clock = ReadClock() if clock is None else clock
+    if _native is not None:
+        return _native_events(resp, clock, max_event_bytes)
+    return _python_events(resp, clock, max_event_bytes)
+
+
+def _native_events(
+    resp: Any, clock: Any, max_event_bytes: int
+) -> Iterator[tuple[list[bytes], int]]:
+    """`events` by the C decoder. A chunked body of the lean path (`chunked_source`) comes as
+    the socket's reads, framing and all, and the decoder finds its end; any other body comes
+    de-chunked from `body_reads`."""
+    source = getattr(resp, "chunked_source", None) if getattr(resp, "chunked", False) else None
+    decoder = _native.Decoder(
+        source is not None, max_event_bytes, chunk_size, BodyError, EventTooLong
+    )
+    feed = decoder.feed
+    if source is not None:
+        first_read, read, sock = source()
+        if _waitable(sock):  # a gevent socket: the decoder reads it itself
+            yield from _socket_events(decoder, first_read, sock, clock)
+        else:
+            for data, now in raw_reads(first_read, read, clock):
+                datas = feed(data)
+                if datas:
+                    yield datas, now
+                if decoder.done:
+                    break
+        resp.ended()
+    else:
+        for data, now in body_reads(resp, clock):
+            datas = feed(data)
+            if datas:
+                yield datas, now
+    last = decoder.last()
+    if last is not None:  # a final event without its blank line: it came with the last read
+        yield [last], clock.last
+
+
+def _waitable(sock: Any) -> bool:
+    """A plain gevent socket, with the internals `_socket_events` waits on (gevent's own recv
+    methods use them: `_wait`, `_read_event`); its kernel stamps turned on (`socket_reader`)."""
+    return (
+        SO_TIMESTAMPNS is not None
+        and _gsocket is not None
+        and isinstance(sock, _gsocket)
+        and not isinstance(sock, ssl.SSLSocket)
+        and callable(getattr(sock, "_wait", None))
+        and getattr(sock, "_read_event", None) is not None
+    )
+
+
+def _socket_events(
+    decoder: Any, first_read: Callable[[], tuple[bytes, int] | None], sock: Any, clock: Any
+) -> Iterator[tuple[list[bytes], int]]:
+    """A chunked body read from the socket by the C decoder, one call per read (no bytes
+    object, no exception when there is nothing to read yet: then the greenlet waits on the
+    socket as gevent's own recv does, its timeout included), to the body's end. Times as
+    `raw_reads` gives them: the kernel's, never earlier than the read before."""
+    read, wait, ready = decoder.read, sock._wait, sock._read_event
+    fd = sock.fileno()
+    skew = kernel_skew_ns()
+    last_t = clock.last
+    got = first_read()
+    if got is not None:
+        t = last_t = max(got[1], last_t)
+        clock.last = t
+        datas = decoder.feed(got[0])
+        if datas:
+            yield datas, t
+    while not decoder.done:
+        done = read(fd, skew)
+        if done is None:  # nothing yet
+            wait(ready)
+            continue
+        datas, t = done
+        t = last_t = max(t, last_t)
+        clock.last = t
+        if datas:
+            yield datas, t
+
+
+def _python_events(
+    resp: Any, clock: Any, max_event_bytes: int
+) -> Iterator[tuple[list[bytes], int]]:
+    """`events` in Python: the reference the C decoder is held to, and its fallback."""
     buf = b""
     carry = b""  # a CR at the end of a read: its LF may start the next one
     for data, now in body_reads(resp, clock):
@@ -341,6 +453,41 @@ def _size_with_extensions(line: bytes) -> int:
         raise BodyError(f"bad chunk size line {line[:20]!r}") from None
 
 
+MAX_CHUNK_SIZE = 1 << 62  # a larger size is read as this one: the body ends long before
+
+
+def chunk_size(line: bytes) -> int:
+    """A chunk size line's size by `dechunk`'s rules (hex, any case; extensions; whatever
+    `int(..., 16)` takes), else BodyError: what the C decoder asks for any line that is not
+    plain hex digits."""
+    try:
+        size = int(line, 16)
+    except ValueError:
+        size = _size_with_extensions(line)
+    if size < 0:
+        raise BodyError(f"bad chunk size line {line[:20]!r}")
+    return min(size, MAX_CHUNK_SIZE)
+
+
+def raw_reads(
+    first_read: Callable[[], tuple[bytes, int] | None], read: Reader, clock: Any
+) -> Iterator[tuple[bytes, int]]:
+    """The reads of a chunked body as they come, framing and all, each with its arrival time
+    (never earlier than the one before, nor than the clock's start), `clock.last` set at each;
+    a connection closed mid-body raises BodyError. The caller finds the body's end and stops
+    (the C decoder: `_native_events`); `dechunk` is the same in Python, framing undone."""
+    last_t = clock.last
+    got = first_read()
+    while True:
+        data, t = got if got is not None else read()
+        got = None
+        if not data:
+            raise BodyError("connection closed before the end of the chunked body")
+        t = last_t = max(t, last_t)
+        clock.last = t
+        yield data, t
+
+
 def dechunk(
     first_read: Callable[[], tuple[bytes, int] | None], read: Reader, clock: Any = None
 ) -> Iterator[tuple[bytes, int]]:
@@ -351,18 +498,9 @@ def dechunk(
     pending = b""
     left = 0  # data bytes of the current chunk still to come
     state = "size"  # size line | data | crlf after data | trailer lines after the last chunk
-    # never earlier than the clock's start (the headers): bytes the kernel took in while
-    # http.client was still parsing the headers would otherwise precede them
-    last_t = clock.last if clock is not None else 0
-    got = first_read()
-    while True:
-        data, t = got if got is not None else read()
-        got = None
-        if not data:
-            raise BodyError("connection closed before the end of the chunked body")
-        t = last_t = max(t, last_t)  # never earlier than a previous read
-        if clock is not None:
-            clock.last = t
+    # times never earlier than the clock's start (the headers): bytes the kernel took in
+    # while http.client was still parsing the headers would otherwise precede them
+    for data, t in raw_reads(first_read, read, ReadClock() if clock is None else clock):
         pending = pending + data if pending else data
         out = []
         pos, size = 0, len(pending)
@@ -393,12 +531,7 @@ def dechunk(
                             yield b"".join(out), t
                         return
                     continue
-                try:
-                    left = int(line, 16)
-                except ValueError:
-                    left = _size_with_extensions(line)
-                if left < 0:
-                    raise BodyError(f"bad chunk size line {line[:20]!r}")
+                left = chunk_size(line)
                 if not left:
                     state = "trailer"
                 elif pos + left + 2 <= size:  # the common case: the whole chunk is here

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.client import BadStatusLine, RemoteDisconnected
 from typing import Any
 from urllib.parse import urlsplit
@@ -280,12 +280,15 @@ class LeanResponse:
         contract), de-chunked; to its end, after which the connection can be given back.
         The bytes that came with the headers arrived when they did (`arrived_at`), not when
         this greenlet got round to them."""
+        if self.chunked:
+            first_read, read, _ = self.chunked_source()
+            yield from dechunk(first_read, read, clock)
+            self.complete = True
+            return
         read = _reader(self._connection)
         first, self.buffered = self.buffered, b""
         at = self.arrived_at
-        if self.chunked:
-            yield from dechunk(lambda: (first, at) if first else None, read, clock)
-        elif self.length is not None:
+        if self.length is not None:
             left = self.length
             if first:
                 piece = first[:left]
@@ -309,6 +312,20 @@ class LeanResponse:
                     break
                 t = clock.last = max(t, clock.last)
                 yield data, t
+        self.complete = True
+
+    def chunked_source(self) -> tuple[Callable[[], tuple[bytes, int] | None], Reader, Any]:
+        """A chunked body's sources for a reader that undoes the framing itself (`dechunk`,
+        or the C decoder of `sse.events`, which calls `ended()` at the body's end): what came
+        with the headers (once, with their arrival time), the socket's timed reader (which
+        turned the kernel's stamps on), and the socket."""
+        first, self.buffered = self.buffered, b""
+        at = self.arrived_at
+        read = _reader(self._connection)
+        return (lambda: (first, at) if first else None), read, self._connection.sock
+
+    def ended(self) -> None:
+        """The body was read to its end (by `sse.events`): the connection can be given back."""
         self.complete = True
 
     def read(self, amt: int | None = None) -> bytes:

@@ -70,7 +70,9 @@ class WorkerInfo:
     `clock_offset_ms` is the worker's wall clock minus the master's (NTP-style exchange, the
     sample with the smallest round trip kept), `clock_rtt_ms` that sample's round trip; both
     None if never measured. The `rows_*` counts and `sink_errors` come from the worker's sink
-    report at the end handshake; None (and no errors) if it never arrived.
+    report at the end handshake; None (and no errors) if it never arrived. `sse_reader`: the
+    SSE reader the worker ran, "native" (the C decoder) or "python" (where the extension was
+    not built); None from a worker that did not say.
     """
 
     worker_id: str
@@ -81,6 +83,7 @@ class WorkerInfo:
     rows_rejected: int | None = None
     rows_dropped: int | None = None
     sink_errors: tuple[str, ...] = ()
+    sse_reader: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**vars(self), "sink_errors": list(self.sink_errors)}

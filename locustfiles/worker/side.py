@@ -23,6 +23,7 @@ from locust.runners import WorkerRunner
 
 from analysis.errors import LlmloadError
 from locustfiles.live.groups import Observer
+from locustfiles.request import sse
 from locustfiles.request.record import RequestRecord
 from locustfiles.run import options as chat_options
 from locustfiles.run.protocol import (
@@ -45,7 +46,8 @@ def worker_identity() -> dict[str, Any]:
     host = socket.gethostname()
     safe = "".join(c if c.isalnum() or c in "-." else "-" for c in host)[:40]
     return {"worker_id": f"{safe}-{os.getpid()}-{uuid.uuid4().hex[:4]}", "host": host,
-            "pid": os.getpid(), "started_at_ns": time.time_ns()}  # fmt: skip
+            "pid": os.getpid(), "started_at_ns": time.time_ns(),
+            "sse_reader": sse.implementation()}  # fmt: skip
 
 
 class WorkerSide:

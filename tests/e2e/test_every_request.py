@@ -82,6 +82,13 @@ def test_every_request_the_server_saw_is_a_row_or_a_listed_probe(run: Run) -> No
         assert worker["sink_errors"] == []
 
 
+def test_the_manifest_names_every_workers_sse_reader(run: Run) -> None:
+    """The workers of this install ran the C decoder (pip built it), and said so."""
+    assert [w["sse_reader"] for w in run.manifest["workers"]] == ["native"] * len(
+        run.manifest["workers"]
+    )
+
+
 def test_the_manifest_records_every_workers_clock(run: Run) -> None:
     for worker in run.manifest["workers"]:
         if run.workers == 0:  # one process, one clock

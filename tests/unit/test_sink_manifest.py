@@ -78,6 +78,7 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
             rows_rejected=1,
             rows_dropped=0,
             sink_errors=(f"row rejected: key {SECRET}",),
+            sse_reader="native",
         )  # fmt: skip
     )
     manifest.probes.append(ProbeRecord("probe-ab", "calibration", 422, "http 422", "h-2-b"))
@@ -99,10 +100,11 @@ def test_write_manifest_start_and_end(tmp_path: Path) -> None:
     assert set(doc["versions"]) == {"llmload", "locust", "python"}
     assert doc["workers"] == [
         {"worker_id": "h-1-a", "host": "h", "pid": 1, "clock_offset_ms": None,
-         "clock_rtt_ms": None, "rows_rejected": None, "rows_dropped": None, "sink_errors": []},
+         "clock_rtt_ms": None, "rows_rejected": None, "rows_dropped": None, "sink_errors": [],
+         "sse_reader": None},
         {"worker_id": "h-2-b", "host": "h", "pid": 2, "clock_offset_ms": -0.25,
          "clock_rtt_ms": 0.5, "rows_rejected": 1, "rows_dropped": 0,
-         "sink_errors": ["row rejected: key <redacted>"]},
+         "sink_errors": ["row rejected: key <redacted>"], "sse_reader": "native"},
     ]  # fmt: skip
     assert doc["probes"] == [{"request_id": "probe-ab", "purpose": "calibration",
                               "http_status": 422, "outcome": "http 422", "worker_id": "h-2-b"}]  # fmt: skip

@@ -18,6 +18,9 @@ BODIES = [
 ]
 
 
+pytestmark = pytest.mark.usefixtures("both_sse_readers")  # tests/support/ssereaders.py
+
+
 class FakeResp:
     """Stands for a non-chunked urllib3 response: read1 returns the next piece."""
 

@@ -8,6 +8,8 @@ from locustfiles.request.client import Limits
 from locustfiles.request.sse import MAX_EVENT_BYTES, EventTooLong, events
 from locustfiles.request.watchdog import Watch
 
+pytestmark = pytest.mark.usefixtures("both_sse_readers")  # tests/support/ssereaders.py
+
 
 class FakeResp:
     """Stands for a non-chunked urllib3 response: read1 returns the next piece."""
