@@ -145,6 +145,19 @@ static PyObject *data_of(const char *s, Py_ssize_t n) {
     return result;
 }
 
+/* A buffer grown for one large read goes back to a small one once it holds little: an open
+ * stream keeps only what is pending. */
+static void trim(char **b, Py_ssize_t *cap, Py_ssize_t len) {
+    if (*cap > 16384 && len < *cap / 4) {
+        Py_ssize_t size = len > 256 ? len * 2 : 512;
+        char *smaller = PyMem_Realloc(*b, (size_t)size);
+        if (smaller != NULL) {
+            *b = smaller;
+            *cap = size;
+        }
+    }
+}
+
 /* The events the pending text completes (blocks ended by a blank line), searched from `from`
  * (the text before it holds no blank line); the rest stays pending, bounded. */
 static PyObject *take_events(Decoder *d, Py_ssize_t from) {
@@ -192,6 +205,7 @@ static PyObject *take_events(Decoder *d, Py_ssize_t from) {
         memmove(b, b + pos, (size_t)(len - pos));
         d->buf_len = len - pos;
     }
+    trim(&d->buf, &d->buf_cap, d->buf_len);
     if (d->buf_len > d->max_event) {
         Py_XDECREF(list);
         PyErr_Format(d->too_long, "an event line longer than %zd bytes", d->max_event);
@@ -257,13 +271,18 @@ static PyObject *body_error(Decoder *d, const char *message) {
 
 static PyObject *parse(Decoder *d, const char *p, Py_ssize_t n, Py_ssize_t from);
 
+static PyObject *feed_bytes(Decoder *d, const char *data, Py_ssize_t size);
+
 static PyObject *Decoder_feed(Decoder *d, PyObject *arg) {
     if (!PyBytes_Check(arg)) {
         PyErr_SetString(PyExc_TypeError, "feed() takes bytes");
         return NULL;
     }
-    const char *data = PyBytes_AS_STRING(arg);
-    Py_ssize_t size = PyBytes_GET_SIZE(arg);
+    return feed_bytes(d, PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg));
+}
+
+/* The events one read's bytes complete (a list), or None. */
+static PyObject *feed_bytes(Decoder *d, const char *data, Py_ssize_t size) {
     Py_ssize_t before = d->buf_len;
     Py_ssize_t from = before ? before - 1 : 0;
     if (!d->chunked) {
@@ -372,6 +391,7 @@ static PyObject *parse(Decoder *d, const char *p, Py_ssize_t n, Py_ssize_t from)
         memcpy(d->raw, p + pos, (size_t)(n - pos));
         d->raw_len = n - pos;
     }
+    trim(&d->raw, &d->raw_cap, d->raw_len);
     if (!fed) {
         Py_RETURN_NONE;
     }
@@ -401,14 +421,13 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "read() is for a chunked body not yet ended");
         return NULL;
     }
-    if (grow(&d->raw, &d->raw_cap, d->raw_len + READ_SIZE) < 0) {
-        return NULL;
-    }
+    /* on the stack, not in the decoder: a stream holds no 64 KiB buffer between reads */
+    char data[READ_SIZE];
     union {
         char buf[CMSG_SPACE(sizeof(struct timespec))];
         struct cmsghdr align;
     } control;
-    struct iovec iov = {d->raw + d->raw_len, READ_SIZE};
+    struct iovec iov = {data, READ_SIZE};
     struct msghdr msg;
     memset(&msg, 0, sizeof(msg));
     msg.msg_iov = &iov;
@@ -454,9 +473,7 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
         PyErr_SetString(d->body_error, "connection closed before the end of the chunked body");
         return NULL;
     }
-    Py_ssize_t before = d->buf_len;
-    d->raw_len += got;
-    PyObject *datas = parse(d, d->raw, d->raw_len, before ? before - 1 : 0);
+    PyObject *datas = feed_bytes(d, data, got);
     if (datas == NULL) {
         return NULL;
     }
@@ -468,6 +485,10 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
  * Linux; a test holds them equal). */
 static PyObject *perf_ns(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromLongLong(clock_ns(CLOCK_MONOTONIC));
+}
+
+static PyObject *Decoder_held(Decoder *d, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromSsize_t(d->raw_cap + d->buf_cap);
 }
 
 static PyObject *Decoder_last(Decoder *d, PyObject *Py_UNUSED(ignored)) {
@@ -522,6 +543,8 @@ static PyMethodDef Decoder_methods[] = {
      "The data of the events one read completes (a list), or None."},
     {"read", (PyCFunction)Decoder_read, METH_VARARGS,
      "One non-blocking read of the socket, decoded: (datas or None, arrival ns), or None."},
+    {"held", (PyCFunction)Decoder_held, METH_NOARGS,
+     "Bytes of buffer the decoder holds between reads (what an open stream costs)."},
     {"last", (PyCFunction)Decoder_last, METH_NOARGS,
      "The data of the event still pending at the body's end, or None."},
     {NULL, NULL, 0, NULL},

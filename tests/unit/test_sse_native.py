@@ -227,6 +227,18 @@ def test_huge_chunk_sizes_wait_for_the_end(monkeypatch: pytest.MonkeyPatch) -> N
     )
 
 
+def test_a_stream_holds_only_what_is_pending() -> None:
+    """A large read grows the decoder's buffers; once its events are out they shrink back:
+    an open stream holds no read-sized buffer between reads (memory per stream)."""
+    decoder = sse._native.Decoder(True, 1 << 20, sse.chunk_size, BodyError, EventTooLong)
+    text = b"".join(b'data: {"i": %d, "pad": "%s"}\n\n' % (i, b"x" * 200) for i in range(800))
+    body = chunked(text, random.Random(5))
+    datas = decoder.feed(body[: len(body) // 2])
+    assert len(datas) > 300 and decoder.held() < 4096
+    datas = decoder.feed(body[len(body) // 2 :])
+    assert decoder.done and decoder.held() < 4096
+
+
 # -- the C decoder on a real socket -----------------------------------------------------------
 class SocketLean:
     """A chunked body on a gevent socket, the way wire.LeanResponse hands it over."""
