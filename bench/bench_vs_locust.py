@@ -50,22 +50,29 @@ def run_llmload(args: argparse.Namespace) -> tuple[float, float]:
 
 
 def run_bare(args: argparse.Namespace, work: Path) -> tuple[float, float]:
-    """(events/s, CPU ms per request) of the bare Locust loop."""
+    """(events/s, CPU ms per request) of the bare Locust loop against the simulator."""
     cores = sorted(os.sched_getaffinity(0))
     sim_args = ["--output-len", str(args.tokens), *args.sim_args]
-    out_file = work / "bare.json"
     with start_sim(work / "sim", *sim_args) as sim:
         if len(cores) > 1:
             os.sched_setaffinity(sim.proc.pid, {cores[0]})
-        env = {**os.environ, "BARE_TOKENS": str(args.tokens), "BARE_OUT": str(out_file),
-               "BARE_MODEL": "llmload-sim-tiny", "BARE_WARMUP_S": "2"}  # fmt: skip
-        users = str(args.concurrency)
-        cmd = [str(BIN / "locust"), "-f", str(ROOT / "bench" / "bare_locustfile.py"), "--headless",
-               "--only-summary", "--host", sim.url, "-u", users, "-r", users,
-               "-t", f"{args.duration + 2:g}s", "--stop-timeout", "5"]  # fmt: skip
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                preexec_fn=(lambda: os.sched_setaffinity(0, {cores[-1]})) if len(cores) > 1 else None)  # fmt: skip
-        _, status, usage = os.wait4(proc.pid, 0)
+        return run_bare_at(sim.url, "llmload-sim-tiny", args, work)
+
+
+def run_bare_at(url: str, model: str, args: argparse.Namespace, work: Path) -> tuple[float, float]:
+    """(events/s, CPU ms per request) of the bare Locust loop against `url`, on the last core
+    (`args`: concurrency, duration, tokens)."""
+    cores = sorted(os.sched_getaffinity(0))
+    out_file = work / "bare.json"
+    env = {**os.environ, "BARE_TOKENS": str(args.tokens), "BARE_OUT": str(out_file),
+           "BARE_MODEL": model, "BARE_WARMUP_S": "2"}  # fmt: skip
+    users = str(args.concurrency)
+    cmd = [str(BIN / "locust"), "-f", str(ROOT / "bench" / "bare_locustfile.py"), "--headless",
+           "--only-summary", "--host", url, "-u", users, "-r", users,
+           "-t", f"{args.duration + 2:g}s", "--stop-timeout", "5"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, {cores[-1]})) if len(cores) > 1 else None)  # fmt: skip
+    _, status, usage = os.wait4(proc.pid, 0)
     if not out_file.exists():
         err = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
         raise SystemExit(f"the bare Locust loop wrote no counts (status {status}):\n{err}")

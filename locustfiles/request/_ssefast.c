@@ -404,25 +404,13 @@ static long long clock_ns(clockid_t id) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* read(fd, skew_ns): one non-blocking read of a chunked body from the socket, decoded:
- * (the data of the events it completed or None, its arrival time), or None when there is
- * nothing to read yet (no exception: the caller waits for the socket). The arrival time is
- * the kernel's receive time of the data (SO_TIMESTAMPNS, which the caller turned on) moved
- * onto the perf_counter clock (CLOCK_MONOTONIC), `skew_ns` being how far this process's
- * wall clock runs from the kernel's (sse.kernel_skew_ns); without a sane stamp, the time of
- * the read. The connection closed mid-body raises body_error; a socket error, OSError. */
-static PyObject *Decoder_read(Decoder *d, PyObject *args) {
-    int fd;
-    long long skew;
-    if (!PyArg_ParseTuple(args, "iL", &fd, &skew)) {
-        return NULL;
-    }
-    if (!d->chunked || d->done) {
-        PyErr_SetString(PyExc_ValueError, "read() is for a chunked body not yet ended");
-        return NULL;
-    }
-    /* on the stack, not in the decoder: a stream holds no 64 KiB buffer between reads */
-    char data[READ_SIZE];
+/* One non-blocking recvmsg of at most READ_SIZE bytes into `data`, with its arrival time in
+ * *t: the kernel's receive stamp (SO_TIMESTAMPNS, which the caller turned on) moved onto the
+ * perf_counter clock (CLOCK_MONOTONIC), `skew` being how far this process's wall clock runs
+ * from the kernel's (sse.kernel_skew_ns); without a sane stamp, the time of the read.
+ * Returns the bytes read (0 at the end), -2 when there is nothing to read yet (no exception
+ * set), -1 with OSError set. */
+static ssize_t recv_stamped(int fd, char *data, long long skew, long long *t) {
     union {
         char buf[CMSG_SPACE(sizeof(struct timespec))];
         struct cmsghdr align;
@@ -445,18 +433,19 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
             break;
         }
         if (PyErr_CheckSignals() < 0) {
-            return NULL;
+            return -1;
         }
     }
     if (got < 0) {
         if (err == EAGAIN || err == EWOULDBLOCK) {
-            Py_RETURN_NONE;
+            return -2;
         }
         errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     }
     long long wall = clock_ns(CLOCK_REALTIME); /* the wall clock first, as sse.py does */
-    long long t = clock_ns(CLOCK_MONOTONIC);
+    *t = clock_ns(CLOCK_MONOTONIC);
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
             c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
@@ -464,10 +453,60 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
             memcpy(&stamp, CMSG_DATA(c), sizeof(stamp));
             long long lag = wall - ((long long)stamp.tv_sec * 1000000000LL + stamp.tv_nsec) - skew;
             if (lag >= 0 && lag < 1000000000LL) { /* sane (no clock step): the kernel's time */
-                t -= lag;
+                *t -= lag;
             }
             break;
         }
+    }
+    return got;
+}
+
+/* recv(fd, skew_ns): one non-blocking read of the socket as sse.socket_reader's reads are,
+ * (bytes, arrival ns) (b"" at the end), or None when there is nothing to read yet (no
+ * exception: the caller waits for the socket). */
+static PyObject *recv_timed(PyObject *Py_UNUSED(self), PyObject *args) {
+    int fd;
+    long long skew, t = 0;
+    if (!PyArg_ParseTuple(args, "iL", &fd, &skew)) {
+        return NULL;
+    }
+    char data[READ_SIZE];
+    ssize_t got = recv_stamped(fd, data, skew, &t);
+    if (got == -2) {
+        Py_RETURN_NONE;
+    }
+    if (got < 0) {
+        return NULL;
+    }
+    return Py_BuildValue("(y#L)", data, (Py_ssize_t)got, t);
+}
+
+/* read(fd, skew_ns): one non-blocking read of a chunked body from the socket, decoded:
+ * (the data of the events it completed or None, its arrival time), or None when there is
+ * nothing to read yet (no exception: the caller waits for the socket). The arrival time is
+ * the kernel's receive time of the data (SO_TIMESTAMPNS, which the caller turned on) moved
+ * onto the perf_counter clock (CLOCK_MONOTONIC), `skew_ns` being how far this process's
+ * wall clock runs from the kernel's (sse.kernel_skew_ns); without a sane stamp, the time of
+ * the read. The connection closed mid-body raises body_error; a socket error, OSError. */
+static PyObject *Decoder_read(Decoder *d, PyObject *args) {
+    int fd;
+    long long skew;
+    if (!PyArg_ParseTuple(args, "iL", &fd, &skew)) {
+        return NULL;
+    }
+    if (!d->chunked || d->done) {
+        PyErr_SetString(PyExc_ValueError, "read() is for a chunked body not yet ended");
+        return NULL;
+    }
+    /* on the stack, not in the decoder: a stream holds no 64 KiB buffer between reads */
+    char data[READ_SIZE];
+    long long t = 0;
+    ssize_t got = recv_stamped(fd, data, skew, &t);
+    if (got == -2) {
+        Py_RETURN_NONE;
+    }
+    if (got < 0) {
+        return NULL;
     }
     if (got == 0) {
         PyErr_SetString(d->body_error, "connection closed before the end of the chunked body");
@@ -570,6 +609,8 @@ static PyTypeObject DecoderType = {
 
 static PyMethodDef module_methods[] = {
     {"perf_ns", (PyCFunction)perf_ns, METH_NOARGS, "The clock of read()'s times, in ns."},
+    {"recv", (PyCFunction)recv_timed, METH_VARARGS,
+     "One non-blocking read: (bytes, arrival ns), or None when nothing is there yet."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -141,7 +141,10 @@ def _native_events(
 
 def _waitable(sock: Any) -> bool:
     """A plain gevent socket, with the internals `_socket_events` waits on (gevent's own recv
-    methods use them: `_wait`, `_read_event`); its kernel stamps turned on (`socket_reader`)."""
+    methods use them: `_wait`, `_read_event`); its kernel stamps turned on (`socket_reader`).
+    Without them the decoder is fed by `raw_reads` instead: the same results, a bytes object
+    and an exception more per read. Canary: tests/unit/test_sse_native.py asserts a gevent
+    socket qualifies."""
     return (
         SO_TIMESTAMPNS is not None
         and _gsocket is not None
@@ -159,8 +162,7 @@ def _socket_events(
     object, no exception when there is nothing to read yet: then the greenlet waits on the
     socket as gevent's own recv does, its timeout included), to the body's end. Times as
     `raw_reads` gives them: the kernel's, never earlier than the read before."""
-    read, wait, ready = decoder.read, sock._wait, sock._read_event
-    fd = sock.fileno()
+    read, wait, ready, fileno = decoder.read, sock._wait, sock._read_event, sock.fileno
     skew = kernel_skew_ns()
     last_t = clock.last
     got = first_read()
@@ -171,7 +173,7 @@ def _socket_events(
         if datas:
             yield datas, t
     while not decoder.done:
-        done = read(fd, skew)
+        done = read(fileno(), skew)  # -1 once closed (EBADF): a closed socket's number is reused
         if done is None:  # nothing yet
             wait(ready)
             continue
@@ -346,6 +348,8 @@ def socket_reader(sock: Any) -> Reader:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
         return _timed(sock.recv)
+    if _native is not None and _waitable(sock):
+        return _native_reader(sock)
     recvmsg = sock.recvmsg
 
     def read() -> tuple[bytes, int]:
@@ -365,6 +369,23 @@ def socket_reader(sock: Any) -> Reader:
                 if 0 <= lag < 1_000_000_000:  # sane (no clock step): use the kernel's time
                     return data, perf - lag
         return data, perf
+
+    return read
+
+
+def _native_reader(sock: Any) -> Reader:
+    """`socket_reader`'s reads made by the C extension on a gevent socket: the same bytes and
+    times, without gevent's recvmsg (an exception when nothing is there yet, the ancillary
+    data parsed in Python); the greenlet waits on the socket as gevent's recv does."""
+    recv, wait, ready, fileno = _native.recv, sock._wait, sock._read_event, sock.fileno
+    skew = kernel_skew_ns()
+
+    def read() -> tuple[bytes, int]:
+        while True:  # the descriptor asked each time: -1 once closed (EBADF), never reused
+            got: tuple[bytes, int] | None = recv(fileno(), skew)
+            if got is not None:
+                return got
+            wait(ready)
 
     return read
 

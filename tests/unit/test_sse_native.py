@@ -330,3 +330,38 @@ def test_the_bytes_that_came_with_the_headers_come_first() -> None:
     assert got == [b"1", b"2"]
     client.close()
     peer.close()
+
+
+def test_the_timed_reader_of_a_gevent_socket_is_the_c_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """socket_reader on a gevent socket reads through the extension (headers, bodies of any
+    framing): the bytes, the kernel's times and the end as the Python reader gives them."""
+    for native in (True, False):
+        with monkeypatch.context() as m:
+            if not native:
+                m.setattr(sse, "_native", None)
+            client, peer = _tcp_pair()
+            read = sse.socket_reader(client)
+            assert ("_native_reader" in read.__qualname__) is native
+            got = []
+
+            def write(peer: Any) -> None:
+                for piece in (b"HTTP/1.1 200 OK\r\n", b"\r\n", b"abc"):
+                    gevent.sleep(0.003)
+                    peer.sendall(piece)
+                    gevent.sleep(0.003)
+                peer.close()
+
+            writer = gevent.spawn(write, peer)
+            before = time.perf_counter_ns()
+            while True:
+                data, t = read()
+                got.append(data)
+                if not data:
+                    break
+                assert before <= t <= time.perf_counter_ns()
+            writer.join()
+            assert b"".join(got) == b"HTTP/1.1 200 OK\r\n\r\nabc" and len(got) == 4
+            client.settimeout(0.05)
+            with pytest.raises(OSError):  # closed by us: no read hangs
+                client.close()
+                read()
