@@ -35,9 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_vs_locust import run_bare_at  # noqa: E402  (bench/ is the script's folder)
-
-from tests.support.chat import BIN, LOCUSTFILE  # noqa: E402
+from bench_chat import steady_rate, worker_command  # noqa: E402  (bench/: the script's folder)
+from bench_vs_locust import run_bare_at  # noqa: E402
 
 CORES = sorted(os.sched_getaffinity(0))
 
@@ -71,10 +70,7 @@ def run_llmload(args: argparse.Namespace, impl: str, work: Path) -> tuple[float,
     import pyarrow.parquet as pq
 
     with fast_server(work, args.tokens, args.duration + 120) as url:
-        cmd = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-               "--host", url, "--events-uri", str(work / "runs"), "--steps", str(args.concurrency),
-               "--step-duration", str(args.duration), "--step-warmup", "2", "--cold-requests", "0",
-               "--workload", f"D(32,{args.tokens})", "--spool-dir", str(work / "spool")]  # fmt: skip
+        cmd = worker_command(url, work, args)
         env = {**os.environ, "LLMLOAD_SSE": impl}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=env, preexec_fn=_pin(CORES[-1]))  # fmt: skip
@@ -90,12 +86,10 @@ def run_llmload(args: argparse.Namespace, impl: str, work: Path) -> tuple[float,
     step = manifest["steps"][0]
     lo = step["spawned_at_ns"] + int(step["warmup_s"] * 1e9)
     hi = step["ended_at_ns"]
-    wall = chunks.merge(requests[["request_id", "sent_at_ns"]], on="request_id")
-    wall = wall["sent_at_ns"] + wall["offset_ns"]
-    rate = wall.between(lo, hi).sum() / ((hi - lo) / 1e9)
+    rate = steady_rate(requests, chunks, lo, hi)
     cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000 / max(len(requests), 1)
     shared = requests["coalesced_events"].sum() / max(requests["events"].sum(), 1)
-    return float(rate), cpu_ms, float(shared)
+    return rate, cpu_ms, float(shared)
 
 
 def run_bare(args: argparse.Namespace, work: Path) -> tuple[float, float]:

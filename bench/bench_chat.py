@@ -60,6 +60,23 @@ def per_token_samples(offsets: list[int], tokens: list[int]) -> list[float]:
     return out
 
 
+def worker_command(url: str, work: Path, args: argparse.Namespace) -> list[str]:
+    """One headless Locust process running the chat user against `url`: one step of
+    `args.concurrency` users for `args.duration` s (2 s warm-up), `D(32,args.tokens)`, events
+    under `work`/runs."""
+    return [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+            "--host", url, "--events-uri", str(work / "runs"), "--steps", str(args.concurrency),
+            "--step-duration", str(args.duration), "--step-warmup", "2", "--cold-requests", "0",
+            "--workload", f"D(32,{args.tokens})", "--spool-dir", str(work / "spool")]  # fmt: skip
+
+
+def steady_rate(requests: Any, chunks: Any, lo: int, hi: int) -> float:
+    """Events/s in the steady window: chunk arrivals (wall clock) inside [lo, hi]."""
+    wall = chunks.merge(requests[["request_id", "sent_at_ns"]], on="request_id")
+    wall = wall["sent_at_ns"] + wall["offset_ns"]
+    return float(wall.between(lo, hi).sum() / ((hi - lo) / 1e9))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=64)
@@ -88,11 +105,7 @@ def main() -> None:
     with start_sim(work / "sim", *sim_args) as sim:
         if len(cores) > 1:
             os.sched_setaffinity(sim.proc.pid, {cores[0]})
-        cmd = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-               "--host", sim.url, "--events-uri", str(work / "runs"), "--steps", str(args.concurrency),
-               "--step-duration", str(args.duration), "--step-warmup", "2", "--cold-requests", "0",
-               "--workload", f"D(32,{args.tokens})", "--spool-dir", str(work / "spool"),
-               "--gc-freeze", args.gc_freeze]  # fmt: skip
+        cmd = [*worker_command(sim.url, work, args), "--gc-freeze", args.gc_freeze]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=(lambda: os.sched_setaffinity(0, {cores[-1]})) if len(cores) > 1 else None)  # fmt: skip
@@ -129,11 +142,7 @@ def main() -> None:
     total_events = int(requests["events"].sum())
     ok = requests[requests["status"] == "ok"]
     arrive = ok["sent_at_ns"].to_numpy()[:, None]
-    # events/s in the steady window: chunk arrivals (wall clock) inside [lo, hi]
-    chunk_wall = chunks.merge(requests[["request_id", "sent_at_ns"]], on="request_id")
-    chunk_wall = chunk_wall["sent_at_ns"] + chunk_wall["offset_ns"]
-    in_window = chunk_wall.between(lo, hi).sum()
-    steady_events_per_s = in_window / ((hi - lo) / 1e9)
+    steady_events_per_s = steady_rate(requests, chunks, lo, hi)
     del arrive
     # accuracy against the truth log (ok requests sent inside the steady window)
     steady = ok[ok["sent_at_ns"].between(lo, hi)]

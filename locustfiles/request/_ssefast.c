@@ -6,8 +6,12 @@
  *
  * Decoder(chunked, max_event_bytes, size_of, body_error, too_long)
  *   feed(data: bytes) -> list[bytes] | None   the data of the events this read completed
+ *   read(fd, skew_ns) -> (list | None, ns) | None   a socket read of a chunked body, fed
  *   last() -> bytes | None                    the data of an event still pending at the end
+ *   held() -> int                             buffer bytes kept between reads
  *   done                                      the chunked body's end was read
+ * recv(fd, skew_ns) -> (bytes, ns) | None     a socket read with its kernel arrival time
+ * perf_ns() -> int                            the clock of those times (perf_counter's)
  *
  * size_of(line) judges a chunk size line that is not plain hex digits (Python's rules:
  * extensions, whitespace, garbage), so unusual servers are read exactly as the Python path
@@ -145,6 +149,22 @@ static PyObject *data_of(const char *s, Py_ssize_t n) {
     return result;
 }
 
+/* The first `a` followed by `b` in [at, end), or NULL: a blank line ("\n\n") in the pending
+ * text, the end of a framing line ("\r\n") in a read. */
+static const char *find_pair(const char *at, const char *end, char a, char b) {
+    while (at < end) {
+        const char *hit = memchr(at, a, (size_t)(end - at));
+        if (hit == NULL || hit + 1 >= end) {
+            return NULL;
+        }
+        if (hit[1] == b) {
+            return hit;
+        }
+        at = hit + 1;
+    }
+    return NULL;
+}
+
 /* A buffer grown for one large read goes back to a small one once it holds little: an open
  * stream keeps only what is pending. */
 static void trim(char **b, Py_ssize_t *cap, Py_ssize_t len) {
@@ -165,19 +185,7 @@ static PyObject *take_events(Decoder *d, Py_ssize_t from) {
     char *b = d->buf;
     Py_ssize_t len = d->buf_len, pos = 0;
     for (;;) {
-        const char *q = NULL;
-        const char *at = b + from, *end = b + len;
-        while (at < end) {
-            const char *nl = memchr(at, '\n', (size_t)(end - at));
-            if (nl == NULL || nl + 1 >= end) {
-                break;
-            }
-            if (nl[1] == '\n') {
-                q = nl;
-                break;
-            }
-            at = nl + 1;
-        }
+        const char *q = find_pair(b + from, b + len, '\n', '\n');
         if (q == NULL) {
             break;
         }
@@ -285,14 +293,11 @@ static PyObject *Decoder_feed(Decoder *d, PyObject *arg) {
 static PyObject *feed_bytes(Decoder *d, const char *data, Py_ssize_t size) {
     Py_ssize_t before = d->buf_len;
     Py_ssize_t from = before ? before - 1 : 0;
-    if (!d->chunked) {
-        if (size == 0 || sse_feed(d, data, size) < 0) {
-            return size == 0 ? (Py_INCREF(Py_None), Py_None) : NULL;
-        }
-        return take_events(d, from);
-    }
-    if (d->done) {
+    if (size == 0 || d->done) {
         Py_RETURN_NONE;
+    }
+    if (!d->chunked) {
+        return sse_feed(d, data, size) < 0 ? NULL : take_events(d, from);
     }
     if (d->raw_len) {
         if (grow(&d->raw, &d->raw_cap, d->raw_len + size) < 0) {
@@ -333,19 +338,7 @@ static PyObject *parse(Decoder *d, const char *p, Py_ssize_t n, Py_ssize_t from)
             pos += 2;
             d->state = SIZE;
         } else {
-            const char *eol = NULL;
-            const char *at = p + pos, *end = p + n;
-            while (at < end) {
-                const char *cr = memchr(at, '\r', (size_t)(end - at));
-                if (cr == NULL || cr + 1 >= end) {
-                    break;
-                }
-                if (cr[1] == '\n') {
-                    eol = cr;
-                    break;
-                }
-                at = cr + 1;
-            }
+            const char *eol = find_pair(p + pos, p + n, '\r', '\n');
             if (eol == NULL) {
                 break;
             }
@@ -481,13 +474,10 @@ static PyObject *recv_timed(PyObject *Py_UNUSED(self), PyObject *args) {
     return Py_BuildValue("(y#L)", data, (Py_ssize_t)got, t);
 }
 
-/* read(fd, skew_ns): one non-blocking read of a chunked body from the socket, decoded:
- * (the data of the events it completed or None, its arrival time), or None when there is
- * nothing to read yet (no exception: the caller waits for the socket). The arrival time is
- * the kernel's receive time of the data (SO_TIMESTAMPNS, which the caller turned on) moved
- * onto the perf_counter clock (CLOCK_MONOTONIC), `skew_ns` being how far this process's
- * wall clock runs from the kernel's (sse.kernel_skew_ns); without a sane stamp, the time of
- * the read. The connection closed mid-body raises body_error; a socket error, OSError. */
+/* read(fd, skew_ns): one non-blocking read of a chunked body from the socket (recv_stamped),
+ * decoded: (the data of the events it completed or None, its arrival time), or None when
+ * there is nothing to read yet (no exception: the caller waits for the socket). The
+ * connection closed mid-body raises body_error; a socket error, OSError. */
 static PyObject *Decoder_read(Decoder *d, PyObject *args) {
     int fd;
     long long skew;
@@ -516,8 +506,7 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
     if (datas == NULL) {
         return NULL;
     }
-    PyObject *result = Py_BuildValue("(NL)", datas, t);
-    return result;
+    return Py_BuildValue("(NL)", datas, t);
 }
 
 /* perf_ns(): the clock read() gives its times on (CLOCK_MONOTONIC: time.perf_counter_ns's on

@@ -116,27 +116,30 @@ def _native_events(
     decoder = _native.Decoder(
         source is not None, max_event_bytes, chunk_size, BodyError, EventTooLong
     )
-    feed = decoder.feed
-    if source is not None:
+    if source is None:
+        yield from _fed(decoder, body_reads(resp, clock))
+    else:
         first_read, read, sock = source()
         if _waitable(sock):  # a gevent socket: the decoder reads it itself
             yield from _socket_events(decoder, first_read, sock, clock)
         else:
-            for data, now in raw_reads(first_read, read, clock):
-                datas = feed(data)
-                if datas:
-                    yield datas, now
-                if decoder.done:
-                    break
+            yield from _fed(decoder, raw_reads(first_read, read, clock))
         resp.ended()
-    else:
-        for data, now in body_reads(resp, clock):
-            datas = feed(data)
-            if datas:
-                yield datas, now
     last = decoder.last()
     if last is not None:  # a final event without its blank line: it came with the last read
         yield [last], clock.last
+
+
+def _fed(decoder: Any, reads: Iterator[tuple[bytes, int]]) -> Iterator[tuple[list[bytes], int]]:
+    """Each read through the C decoder: the data of the events it completed, with its time;
+    to the reads' end, or the chunked body's end the decoder found."""
+    feed = decoder.feed
+    for data, now in reads:
+        datas = feed(data)
+        if datas:
+            yield datas, now
+        if decoder.done:
+            break
 
 
 def _waitable(sock: Any) -> bool:
