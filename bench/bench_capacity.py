@@ -46,11 +46,12 @@ def _pin(core: int):  # type: ignore[no-untyped-def]
 
 
 @contextmanager
-def fast_server(work: Path, tokens: int, seconds: float) -> Iterator[str]:
+def fast_server(work: Path, tokens: int, seconds: float, per_write: int) -> Iterator[str]:
     port_file = work / "port"
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "fast_sse_server.py"), "--port-file",
-         str(port_file), "--tokens", str(tokens), "--max-seconds", str(seconds)],
+         str(port_file), "--tokens", str(tokens), "--max-seconds", str(seconds),
+         "--events-per-write", str(per_write)],
         stdout=subprocess.DEVNULL, preexec_fn=_pin(CORES[0]),
     )  # fmt: skip
     try:
@@ -65,11 +66,14 @@ def fast_server(work: Path, tokens: int, seconds: float) -> Iterator[str]:
         proc.wait(10)
 
 
-def run_llmload(args: argparse.Namespace, impl: str, work: Path) -> tuple[float, float, float]:
-    """(events/s, CPU ms per request, share of events that shared a read) of one worker."""
+def run_llmload(
+    args: argparse.Namespace, impl: str, work: Path
+) -> tuple[float, float, float, float]:
+    """(events/s, CPU ms per request, share of events that shared a read, the kernel's share
+    of the CPU time) of one worker."""
     import pyarrow.parquet as pq
 
-    with fast_server(work, args.tokens, args.duration + 120) as url:
+    with fast_server(work, args.tokens, args.duration + 120, args.events_per_write) as url:
         cmd = worker_command(url, work, args)
         env = {**os.environ, "LLMLOAD_SSE": impl}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -89,12 +93,13 @@ def run_llmload(args: argparse.Namespace, impl: str, work: Path) -> tuple[float,
     rate = steady_rate(requests, chunks, lo, hi)
     cpu_ms = (usage.ru_utime + usage.ru_stime) * 1000 / max(len(requests), 1)
     shared = requests["coalesced_events"].sum() / max(requests["events"].sum(), 1)
-    return rate, cpu_ms, float(shared)
+    system = usage.ru_stime / max(usage.ru_utime + usage.ru_stime, 1e-9)
+    return rate, cpu_ms, float(shared), system
 
 
 def run_bare(args: argparse.Namespace, work: Path) -> tuple[float, float]:
     """(events/s, CPU ms per request) of the bare Locust loop."""
-    with fast_server(work, args.tokens, args.duration + 120) as url:
+    with fast_server(work, args.tokens, args.duration + 120, args.events_per_write) as url:
         return run_bare_at(url, "fast-sse", args, work)
 
 
@@ -105,28 +110,34 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--clients", default="native,python,bare")
+    parser.add_argument(
+        "--events-per-write", type=int, default=1,
+        help="the server's events per send (fast_sse_server.py): above 1 where its one send per "
+        "event would saturate its core first (long responses)",
+    )  # fmt: skip
     args = parser.parse_args()
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     print(f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC {platform.node()} "
           f"Python {platform.python_version()}, {os.cpu_count()} cores; server: "
           f"bench/fast_sse_server.py (simulated: client figures only)")  # fmt: skip
     print(f"# command: {' '.join(sys.argv)}")
-    print("| round | client | events/s | CPU per request | CPU per event | events sharing a read |")
-    print("|---|---|---|---|---|---|")
+    print("| round | client | events/s | CPU per request | CPU per event | kernel share | "
+          "events sharing a read |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for round_ in range(1, args.rounds + 1):
         for client in clients:
             with tempfile.TemporaryDirectory(prefix="llmload-bench-capacity-") as tmp:
                 time.sleep(1)
                 if client == "bare":
                     rate, cpu = run_bare(args, Path(tmp))
-                    shared = "n/a"
+                    shared = system = "n/a"
                 else:
-                    rate, cpu, frac = run_llmload(args, client, Path(tmp))
-                    shared = f"{frac:.0%}"
+                    rate, cpu, frac, sys_share = run_llmload(args, client, Path(tmp))
+                    shared, system = f"{frac:.0%}", f"{sys_share:.0%}"
             per_event = cpu * 1000 / args.tokens
             label = {"native": "llmload (C reader)", "python": "llmload (Python reader)"}
             print(f"| {round_} | {label.get(client, 'bare Locust')} | {rate:,.0f} | {cpu:.3f} ms | "
-                  f"{per_event:.2f} µs | {shared} |", flush=True)  # fmt: skip
+                  f"{per_event:.2f} µs | {system} | {shared} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

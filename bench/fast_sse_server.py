@@ -10,6 +10,7 @@ them (about 3 µs each here), never a whole response at once (a stream whose soc
 full waits for the client).
 
     python bench/fast_sse_server.py [--port 0] [--port-file F] [--tokens 100]
+        [--events-per-write 1]
 
 Answers `GET /v1/models` and `GET /version` (both say simulated), and `POST
 /v1/chat/completions` (streamed or not; `max_tokens` events of content " tok" each, then a
@@ -143,7 +144,9 @@ def _parse(stream: Stream, tokens: int) -> None:
         _respond(stream, parts[0], parts[1].split("?")[0], body, tokens)
 
 
-def serve(port: int, port_file: Path | None, tokens: int, max_seconds: float) -> None:
+def serve(
+    port: int, port_file: Path | None, tokens: int, max_seconds: float, per_write: int = 1
+) -> None:
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
@@ -190,10 +193,13 @@ def serve(port: int, port_file: Path | None, tokens: int, max_seconds: float) ->
                 continue
             stream.inbuf += data
             _parse(stream, tokens)
-        # one pass: each open stream writes what it has queued, then its next event
+        # one pass: each open stream writes what it has queued, then its next event(s)
         for stream in list(streams.values()):
             if stream.events_left and not stream.out:
-                stream.out.append(stream.events_left.popleft())
+                left = stream.events_left
+                stream.out.append(
+                    b"".join(left.popleft() for _ in range(min(per_write, len(left))))
+                )
             while stream.out:
                 piece = stream.out[0]
                 try:
@@ -220,8 +226,16 @@ def main() -> None:
     parser.add_argument("--port-file", type=Path)
     parser.add_argument("--tokens", type=int, default=100, help="events when max_tokens is unset")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="stop after this long")
+    parser.add_argument(
+        "--events-per-write", type=int, default=1,
+        help="events each stream writes per pass, in one send (1: one by one, as an engine's "
+        "steps do; more: a server that spends less per event, where one send per event would "
+        "saturate its core before the client's)",
+    )  # fmt: skip
     args = parser.parse_args()
-    serve(args.port, args.port_file, args.tokens, args.max_seconds)
+    if args.events_per_write < 1:
+        parser.error("--events-per-write must be at least 1")
+    serve(args.port, args.port_file, args.tokens, args.max_seconds, args.events_per_write)
 
 
 if __name__ == "__main__":

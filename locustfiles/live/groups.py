@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Protocol
 
+import numpy as np
+
 from locustfiles.live.sketch import Sketch
 from locustfiles.request.record import RequestRecord
 
@@ -22,6 +24,9 @@ QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 NS = 1e9
 
 GroupKey = tuple[str, int | None]  # ("cold", None) or ("step", index)
+# output events from which a request's intervals are binned by numpy (Sketch.bin_array): the
+# Python loop costs 0.2-0.5 µs per event, numpy ~25 µs per request plus ~0.07 µs per event
+VECTOR_FROM = 150
 
 
 class Observer(Protocol):
@@ -80,6 +85,9 @@ class GroupStats:
         chunk of k tokens Δ after the previous token chunk gives k samples of Δ/k; the first
         token chunk's extra k-1 tokens give samples of 0. Binned per request (fast path)."""
         itl, icl = self.sketches["itl"], self.sketches["icl"]
+        if len(offsets) >= VECTOR_FROM:
+            self._intervals_vector(offsets, tokens)
+            return
         key = self.key  # the same mapping for every sketch
         if tokens.count(1) == len(tokens) > 1:  # one token per event: ITL's samples are ICL's
             gaps = [(b - a) / NS for a, b in zip(offsets, offsets[1:], strict=False)]
@@ -128,6 +136,24 @@ class GroupStats:
                 i_hi = v
         icl.add_keyed(cb, c_n, c_sum, c_lo, c_hi)
         itl.add_keyed(ib, i_n, i_sum, i_lo, i_hi)
+
+    def _intervals_vector(self, offsets: list[int], tokens: list[int]) -> None:
+        """`_intervals` by numpy, for requests of many events: the same samples and bins.
+        ITL: a token chunk's k samples of (its offset - the previous token chunk's) / k, the
+        first token chunk's k-1 samples of 0; chunks without tokens only end ICL intervals."""
+        itl, icl = self.sketches["itl"], self.sketches["icl"]
+        at = np.array(offsets, dtype=np.int64)
+        gaps = np.diff(at) / NS
+        icl_bins = icl.bin_array(gaps)
+        icl.add_keyed(*icl_bins)
+        if len(tokens) == len(offsets) and tokens.count(1) == len(tokens):
+            itl.add_keyed(*icl_bins)  # one token per event: ITL's samples are ICL's
+            return
+        k = np.array(tokens, dtype=np.int64)
+        token = k > 0
+        at, k = at[token], k[token]
+        if len(k):
+            itl.add_keyed(*itl.bin_array(np.diff(at) / NS / k[1:], k[1:], float(k[0] - 1)))
 
     @property
     def empty(self) -> bool:

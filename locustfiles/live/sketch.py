@@ -4,6 +4,7 @@
     s.add(0.25)                       # one sample
     s.add(0.01, 4)                    # four samples of 0.01 (per-token ITL weights)
     s.add_keyed({key: weight}, ...)   # samples already binned (see `key`), fast path
+    s.add_keyed(*s.bin_array(values)) # a request's many samples binned at once (numpy)
     wire = s.to_wire()                # JSON/msgpack-able, non-empty bins only
     t = Sketch.from_wire(wire); t.merge(s)
     t.quantile(0.99); t.cumulative([0.1, 1.0])
@@ -22,6 +23,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 from ddsketch import LogCollapsingLowestDenseDDSketch
 
 RELATIVE_ACCURACY = 0.01
@@ -57,6 +59,47 @@ class Sketch:
             return int(ceil(log(value, 2) * multiplier) + offset) if value > tiny else None
 
         return key
+
+    def bin_array(
+        self, values: np.ndarray, weights: np.ndarray | None = None, zeros: float = 0.0
+    ) -> tuple[dict[int | None, float], float, float, float, float]:
+        """Many samples binned at once, as `add_keyed` takes them: (bins, total, weighted sum,
+        min, max). `values` (float64) weigh `weights` each (1 when None); `zeros` adds that
+        weight of samples of 0. The keys are `key`'s, exactly: numpy's log may differ from
+        the C library's in the last bits, so a value whose scaled log lies within 1e-9 of a
+        bin edge is keyed by `key` itself (tests/unit/test_live.py holds both to the same
+        bins). The weighted sum is numpy's (pairwise), within rounding of a running sum."""
+        mapping = self._dd._mapping
+        multiplier, offset, tiny = mapping._multiplier, mapping._offset, mapping.min_possible
+        live = values > tiny
+        vals = values[live]
+        bins: dict[int | None, float] = {}
+        if weights is None:
+            zero = float(len(values) - len(vals)) + zeros
+            total, value_sum = float(len(values)) + zeros, float(values.sum())
+        else:
+            zero = float(weights[~live].sum()) + zeros
+            total, value_sum = float(weights.sum()) + zeros, float(np.dot(values, weights))
+        if zero:
+            bins[None] = zero
+        if len(vals):
+            scaled = np.log(vals) / math.log(2.0) * multiplier  # math.log(v, 2) * multiplier
+            keys = (np.ceil(scaled) + offset).astype(np.int64)
+            edge = np.flatnonzero(np.abs(scaled - np.rint(scaled)) < 1e-9)
+            if len(edge):
+                key = self.key_function()
+                keys[edge] = [key(float(v)) for v in vals[edge]]
+            low = int(keys.min())
+            counts = np.bincount(keys - low, None if weights is None else weights[live])
+            held = np.flatnonzero(counts)
+            bins.update(
+                zip((held + low).tolist(), counts[held].astype(float).tolist(), strict=True)
+            )
+        lo = float(values.min()) if len(values) else math.inf
+        hi = float(values.max()) if len(values) else 0.0
+        if zeros:
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
+        return bins, total, value_sum, lo, hi
 
     def add_keyed(
         self, bins: Mapping[int | None, float], total: float, value_sum: float, lo: float, hi: float

@@ -45,7 +45,26 @@ from locustfiles.request.wire import UserPool, _Stamped, new_pool
 __all__ = ["Limits", "Tap", "classify_status", "execute", "new_pool", "note_phases"]
 
 _perf_ns = time.perf_counter_ns
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_json_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+try:  # a tenth of the standard encoder's time on a request body; the same compact UTF-8 JSON
+    import orjson
+
+    _orjson_dumps: Callable[[Any], bytes] | None = orjson.dumps
+except ImportError:  # pragma: no cover - orjson is a dependency; a bare install still works
+    _orjson_dumps = None
+
+
+def _body_bytes(body: dict[str, Any]) -> bytes:
+    """The request body as compact UTF-8 JSON: orjson's, or the standard encoder's for what
+    orjson refuses (integers beyond 64 bits, keys that are not strings, subclasses it does not
+    know), so any body a workload or --extra-body gives is sent as before."""
+    if _orjson_dumps is not None:
+        try:
+            return _orjson_dumps(body)
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            pass
+    return _json_dumps(body).encode()
 
 
 @dataclass(frozen=True)
@@ -142,7 +161,7 @@ def execute(
     chat = record.endpoint == "chat"
     resp: Any = None
     watch = Watch(limits)
-    payload = _dumps(body).encode()
+    payload = _body_bytes(body)
     hdrs = {"Content-Type": "application/json", "Accept-Encoding": "identity", **headers}
     lean = pool.target(url) if isinstance(pool, UserPool) else None
     record.sent_at_ns = time.time_ns()

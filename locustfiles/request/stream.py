@@ -40,23 +40,23 @@ except ImportError:  # pragma: no cover - orjson is a dependency; a bare install
 try:  # the typed decoder (optional): the chunk shape straight into slotted objects
     import msgspec
 
-    class _Delta(msgspec.Struct):
+    class _Delta(msgspec.Struct, gc=False):  # never in a cycle: no garbage-collector tracking
         content: str | None = None
         reasoning_content: str | None = None
         reasoning: str | None = None
         tool_calls: Any = None
 
-    class _Choice(msgspec.Struct):
+    class _Choice(msgspec.Struct, gc=False):
         delta: _Delta | None = None
         text: str | None = None
         finish_reason: str | None = None
 
-    class _Usage(msgspec.Struct):
+    class _Usage(msgspec.Struct, gc=False):
         completion_tokens: int | None = None
         prompt_tokens: int | None = None
         prompt_tokens_details: Any = None
 
-    class _Chunk(msgspec.Struct):
+    class _Chunk(msgspec.Struct, gc=False):
         id: Any = None
         choices: list[_Choice] | None = None
         usage: _Usage | None = None

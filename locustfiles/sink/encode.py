@@ -13,9 +13,10 @@ counted and described in `EncodeResult.errors`, never raised.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +34,8 @@ from analysis.schema import (
 )
 
 REQUEST_SLICE = 100  # request rows converted per slice
-CHUNK_SLICE = 20  # requests' chunk lists converted per slice (~2,000 rows)
+CHUNK_SLICE = 20  # requests' chunk lists converted per slice, as Python lists (~2,000 rows)
+CHUNK_SLICE_ROWS = 20_000  # chunk rows per slice in the sink's compact form (~1 ms here)
 MAX_ERRORS = 20  # error messages kept per encode (all rejections are counted)
 REDACTED = "<redacted>"
 
@@ -50,6 +52,47 @@ _CHUNK_FIELDS = [f for f in CHUNKS_SCHEMA if f.name not in SINK_COLUMNS]
 """The chunk columns after the sink's keys: request_id, seq, offset_ns, tokens, chars, kind."""
 
 ChunkBatch = tuple[str, Sequence[int], Sequence[int], Sequence[int], "str | Sequence[str]"]
+
+
+class CompactChunks(NamedTuple):
+    """One request's chunk columns as the sink keeps them until they are encoded."""
+
+    request_id: str
+    offset_ns: bytes  # int64 values, native order
+    tokens: bytes
+    chars: bytes
+    kind: str | tuple[str, ...]  # one kind for every row, or one per row
+    rows: int
+
+
+def compact_chunks(
+    request_id: str,
+    offset_ns: Sequence[int],
+    tokens: Sequence[int],
+    chars: Sequence[int],
+    kind: str | Sequence[str],
+) -> ChunkBatch | CompactChunks:
+    """One request's chunk columns in the sink's compact form: int64 bytes (8 bytes a value,
+    no Python object each, nothing for the garbage collector to walk: lists of ints held by
+    the thousand made every full collection slow) and the kind once when every row has the
+    same. Columns that do not convert (None, floats, text, too large, lengths that differ)
+    stay as given, for the encoder to judge and reject as before. Never raises."""
+    try:
+        n = len(offset_ns)
+        offsets, toks, chs = array("q", offset_ns), array("q", tokens), array("q", chars)
+        if not isinstance(kind, str):
+            kind = tuple(kind)
+            if len(kind) != n or not all(isinstance(k, str) for k in kind):
+                raise ValueError("kinds")
+            if kind and kind.count(kind[0]) == n:
+                kind = kind[0]
+        if len(toks) != n or len(chs) != n or not isinstance(request_id, str):
+            raise ValueError("columns")
+    except Exception:  # the request path's append never raises
+        return request_id, offset_ns, tokens, chars, kind
+    return CompactChunks(request_id, offsets.tobytes(), toks.tobytes(), chs.tobytes(), kind, n)
+
+
 """One request's chunk rows, column-wise: (request_id, offset_ns, tokens, chars, kind)."""
 
 
@@ -138,7 +181,7 @@ def _one_by_one(
 
 
 def encode_chunks(
-    batches: Sequence[ChunkBatch],
+    batches: Sequence[ChunkBatch | CompactChunks],
     ctx: EncodeContext,
     pause: Callable[[], None] = _noop,
 ) -> EncodeResult:
@@ -148,15 +191,14 @@ def encode_chunks(
     """
     result = EncodeResult(CHUNKS_SCHEMA.empty_table())
     tables = []
-    for start in range(0, len(batches), CHUNK_SLICE):
-        part = batches[start : start + CHUNK_SLICE]
+    for part in _chunk_slices(batches):
         try:
             tables.append(_check(_chunk_table(part, ctx), result, "chunks"))
-        except (pa.ArrowException, TypeError, ValueError):
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             for batch in part:
                 try:
                     tables.append(_check(_chunk_table([batch], ctx), result, "chunks"))
-                except (pa.ArrowException, TypeError, ValueError) as exc:
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                     message = f"chunks of request {batch[0]!r} rejected: {exc}"
                     result.reject(_batch_len(batch), message)
         pause()
@@ -203,14 +245,39 @@ def _constant(value: str, n: int) -> pa.Array:
     return pa.DictionaryArray.from_arrays(indices, pa.array([value])).cast(pa.string())
 
 
-def _batch_len(batch: ChunkBatch) -> int:
+def _batch_len(batch: Any) -> int:
+    if _compact(batch):
+        return int(batch.rows)
     try:
         return len(batch[1])
     except TypeError:
         return 0
 
 
+def _compact(batch: Any) -> bool:
+    return type(batch) is CompactChunks
+
+
+def _chunk_slices(batches: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    """Slices of about CHUNK_SLICE_ROWS rows of compact batches (numpy joins them), or of
+    CHUNK_SLICE batches of lists (converted value by value)."""
+    start = 0
+    while start < len(batches):
+        end, rows = start, 0
+        while end < len(batches) and _compact(batches[end]) and rows < CHUNK_SLICE_ROWS:
+            rows += batches[end].rows
+            end += 1
+        if end == start:
+            end = start + 1
+            while end < len(batches) and end - start < CHUNK_SLICE and not _compact(batches[end]):
+                end += 1
+        yield batches[start:end]
+        start = end
+
+
 def _chunk_table(part: Sequence[ChunkBatch], ctx: EncodeContext) -> pa.Table:
+    if all(_compact(batch) for batch in part):
+        return _compact_table(part, ctx)  # type: ignore[arg-type]
     request_ids: list[str] = []
     seqs: list[int] = []
     offsets: list[int] = []
@@ -237,6 +304,51 @@ def _chunk_table(part: Sequence[ChunkBatch], ctx: EncodeContext) -> pa.Table:
     values = (request_ids, seqs, offsets, tokens, chars, kinds)  # _CHUNK_FIELDS' order
     arrays = [pa.array(v, f.type) for v, f in zip(values, _CHUNK_FIELDS, strict=True)]
     return pa.Table.from_arrays([*keys, *arrays], schema=CHUNKS_SCHEMA)
+
+
+def _compact_table(part: Sequence[CompactChunks], ctx: EncodeContext) -> pa.Table:
+    """`_chunk_table` for batches in the compact form (checked when they were made): whole
+    columns joined and converted by numpy and Arrow, request ids and kinds as dictionaries."""
+    counts = [batch.rows for batch in part]
+    n_rows = sum(counts)
+    per_row = np.repeat(np.arange(len(part), dtype=np.int32), counts)
+    starts = np.cumsum(counts, dtype=np.int64) - counts
+    seqs = np.arange(n_rows, dtype=np.int64) - np.repeat(starts, counts)
+
+    def joined(columns: list[bytes]) -> np.ndarray:
+        return np.frombuffer(b"".join(columns), dtype=np.int64)
+
+    uniform = [batch.kind for batch in part if isinstance(batch.kind, str)]
+    if len(uniform) == len(part):
+        names = sorted(set(uniform))
+        index = np.array([names.index(k) for k in uniform], dtype=np.int32)
+        kind_column = _dictionary(index[per_row], names)
+    else:
+        flat: list[str] = []
+        for batch in part:
+            flat += [batch.kind] * batch.rows if isinstance(batch.kind, str) else batch.kind
+        kind_column = pa.array(flat, pa.string())
+    values = (
+        _dictionary(per_row, [batch.request_id for batch in part]),
+        seqs,
+        joined([batch.offset_ns for batch in part]),
+        joined([batch.tokens for batch in part]),
+        joined([batch.chars for batch in part]),
+        kind_column,
+    )  # _CHUNK_FIELDS' order
+    arrays = [
+        v if isinstance(v, pa.Array) else pa.array(v, f.type)
+        for v, f in zip(values, _CHUNK_FIELDS, strict=True)
+    ]
+    keys = [_constant(ctx.run_id, n_rows), _constant(ctx.worker_id, n_rows)]
+    return pa.Table.from_arrays([*keys, *arrays], schema=CHUNKS_SCHEMA)
+
+
+def _dictionary(indices: np.ndarray, values: Sequence[str]) -> pa.Array:
+    """A string column of `values[i]` for each index (built as a dictionary, then decoded)."""
+    return pa.DictionaryArray.from_arrays(pa.array(indices), pa.array(values, pa.string())).cast(
+        pa.string()
+    )
 
 
 def _fill_keys(table: pa.Table, ctx: EncodeContext, result: EncodeResult, name: str) -> pa.Table:

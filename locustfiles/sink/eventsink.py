@@ -22,8 +22,10 @@ Use (a Locust worker; issue 5's ChatUser):
     report = sink.close(timeout=60)              # on test_stop/quitting: flush, upload, report
     log.info("%s", report)                       # rows, parts, bytes, anything left in the spool
 
-Rows may leave out `run_id` and `worker_id` (the sink fills them in). Hand the sink lists
-you will not modify afterwards: it keeps references until the part is sealed. Bad rows are
+Rows may leave out `run_id` and `worker_id` (the sink fills them in). Hand the sink row dicts
+you will not modify afterwards: it keeps references until they are encoded. Chunk columns are
+copied at once into a compact form (int64 bytes: `encode.compact_chunks`), so a saturated
+worker's backlog costs 8 bytes a value and nothing for the garbage collector to walk. Bad rows are
 rejected when the part is built, counted in the report and logged; append never raises.
 `prompt_text` is dropped unless `store_prompts=True`; values of secret-named environment
 variables are redacted from `error_detail`.
@@ -49,7 +51,13 @@ from typing import Any
 
 from analysis.storage import ObjectStore, S3Store, open_store
 from locustfiles.run.secrets import secret_values
-from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
+from locustfiles.sink.encode import (
+    EncodeContext,
+    compact_chunks,
+    encode_chunks,
+    encode_requests,
+    encode_rows,
+)
 from locustfiles.sink.pipeline import Backoff, Encoder, PipelineStats, SinkPipeline, Waiter
 from locustfiles.sink.runtime import Runtime, Task, Waitable, pick_runtime
 from locustfiles.sink.spool import Spool
@@ -237,12 +245,13 @@ class EventSink:
         chars: Sequence[int],
         kind: str | Sequence[str] = "content",
     ) -> None:
-        """Buffer one request's chunk rows column-wise (`seq` is the position). Never raises."""
+        """Buffer one request's chunk rows column-wise (`seq` is the position). Never raises.
+        The columns are copied into the sink's compact form (`compact_chunks`)."""
         try:
             n = len(offset_ns)
         except TypeError:
             n = 0
-        self._append("chunks", (request_id, offset_ns, tokens, chars, kind), n)
+        self._append("chunks", compact_chunks(request_id, offset_ns, tokens, chars, kind), n)
 
     def append_row(self, table: str, row: Mapping[str, Any]) -> None:
         """Buffer one row of a small table (`samples`, `stalls`). Never raises."""

@@ -130,6 +130,86 @@ def test_handbook_example_and_per_token_itl_weights() -> None:
     assert group.sketches["tpot"].count == len(tpot)
 
 
+def long_records(n: int, seed: int) -> list[RequestRecord]:
+    """Requests of 150 to 600 events (the numpy path): shared reads (equal offsets), bursts
+    of sub-microsecond gaps, one token per event or mixed counts, a first chunk of several."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        t, offsets, tokens = rng.uniform(5, 400), [], []
+        mixed = rng.random() < 0.5
+        for _ in range(rng.randint(150, 600)):
+            offsets.append(t)
+            tokens.append(rng.choice([0, 1, 1, 2, 5]) if mixed else 1)
+            t += rng.choice([0.0, 0.0, 1e-4, rng.expovariate(1 / 15)])
+        if not any(tokens):
+            tokens[-1] = 1
+        out.append(record(f"long-{seed}-{i}", offsets, tokens))
+    return out
+
+
+def test_long_requests_bin_by_numpy_exactly_as_the_python_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import locustfiles.live.groups as groups
+
+    records = long_records(60, seed=11)
+    vector = Recorder()
+    for r in records:
+        vector.observe(r)
+    monkeypatch.setattr(groups, "VECTOR_FROM", 10**9)
+    loop = Recorder()
+    for r in records:
+        loop.observe(r)
+    for name in ("itl", "icl"):
+        a, b = vector.groups[("step", 0)].sketches[name], loop.groups[("step", 0)].sketches[name]
+        assert a.bins() == b.bins() and a.count == b.count and a.count > 0
+        assert a._dd._zero_count == b._dd._zero_count > 0
+        assert (a._dd._min, a._dd._max) == (b._dd._min, b._dd._max)
+        assert a.sum == pytest.approx(b.sum, rel=1e-12)
+    exact = compute_request_metrics(*frames(records))  # and the report's definition
+    itl = vector.groups[("step", 0)].sketches["itl"]
+    assert itl.count == pytest.approx(exact.itl.weight.sum())
+    assert itl.sum == pytest.approx(float(np.dot(exact.itl.value_s, exact.itl.weight)))
+
+
+class _SkewedLog:
+    """numpy, with a log one unit in the last place off (another machine's log)."""
+
+    def __init__(self, toward: float) -> None:
+        self.toward = toward
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(np, name)
+
+    def log(self, x: np.ndarray) -> np.ndarray:
+        return np.nextafter(np.log(x), self.toward)
+
+
+@pytest.mark.parametrize("skew", [None, np.inf, -np.inf])
+def test_bin_array_keys_values_at_bin_edges_as_key_does(
+    skew: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import locustfiles.live.sketch as sketch_module
+
+    if skew is not None:
+        monkeypatch.setattr(sketch_module, "np", _SkewedLog(skew))
+    sketch = Sketch()
+    mapping = sketch._dd._mapping
+    key = sketch.key_function()
+    edges = [2 ** (n / mapping._multiplier) for n in range(-1000, 400, 7)]
+    values = np.array([np.nextafter(e, d) for e in edges for d in (0.0, e, np.inf)] + [0.0, 1e-300])
+    weights = np.arange(1, len(values) + 1, dtype=np.float64)
+    bins, total, value_sum, lo, hi = sketch.bin_array(values, weights, zeros=2.0)
+    want: dict[int | None, float] = {}
+    for v, w in zip(values.tolist(), weights.tolist(), strict=True):
+        want[key(v)] = want.get(key(v), 0.0) + w
+    want[None] += 2.0
+    assert bins == want
+    assert total == weights.sum() + 2.0 and (lo, hi) == (0.0, values.max())
+    assert value_sum == pytest.approx(float(np.dot(values, weights)))
+
+
 def test_failed_requests_are_counted_by_kind_not_timed() -> None:
     rec = Recorder()
     rec.observe(record("a", [10, 20], [1, 1]))
