@@ -3,9 +3,9 @@
 The sink's logic is the same either way; a runtime supplies spawning, waiting, waking and a
 place to run blocking calls (fsync, Parquet writes) without stalling the caller's loop.
 
-- `GeventRuntime`: a greenlet; blocking calls go to a thread of the sink's own (a gevent
-  threadpool of one, at the lowest CPU priority) so the event loop keeps serving the request
-  greenlets; `pause()` lets the loop poll (I/O, timers) between slices of CPU work.
+- `GeventRuntime`: a greenlet; blocking calls go to gevent's hub threadpool so the event
+  loop keeps serving the request greenlets; `pause()` lets the loop poll (I/O, timers) between
+  slices of CPU work.
 - `ThreadRuntime`: a daemon thread; blocking calls run inline (they only block that thread).
 
 `pick_runtime("auto")` chooses gevent when `threading` is monkey-patched (as under Locust).
@@ -13,7 +13,6 @@ place to run blocking calls (fsync, Parquet writes) without stalling the caller'
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -24,14 +23,6 @@ T = TypeVar("T")
 
 PAUSE_S = 0.0002
 """How long `GeventRuntime.pause()` gives the loop between slices of CPU work."""
-
-BACKGROUND_NICE = 19
-"""The nice value of the sink's blocking work (`GeventRuntime.run_blocking`): writing a part
-(Parquet, zstd) takes tens of ms of CPU, and at normal priority the kernel shares the core
-with it, so a worker using its whole core stalled in 5-12 ms slices for as long as the write
-lasted (measured at 1,500 arrivals/s: slip p99 49-93 ms with a part sealed in the window,
-9-12 ms without). At nice 19 the loop keeps the core and the write takes the idle time; it
-never starves: a nice-19 thread still gets its share of a busy core."""
 
 
 class Waitable(Protocol):
@@ -83,9 +74,7 @@ class ThreadRuntime:
 
 
 class GeventRuntime:
-    """A greenlet; blocking calls in a thread of its own at BACKGROUND_NICE (not the hub's
-    threadpool, which also resolves host names for new connections); `pause()` yields to
-    the loop."""
+    """A greenlet; blocking calls in the hub's threadpool; `pause()` yields to the loop."""
 
     name = "gevent"
 
@@ -97,7 +86,6 @@ class GeventRuntime:
         self._gevent = gevent
         self._event_cls = gevent.event.Event
         self._sockets_patched = gevent.monkey.is_module_patched("socket")
-        self._pool: Any = None  # made on first use, in the loop's thread
 
     def spawn(self, fn: Callable[[], None], name: str) -> Task:
         greenlet = self._gevent.spawn(fn)
@@ -121,11 +109,7 @@ class GeventRuntime:
         # The exception comes back as a value and is raised here, in the caller: raised in
         # the pool's thread, gevent's hub would also print its traceback to stderr, once per
         # failed call (a full disk printed one per part and retry).
-        if self._pool is None:
-            from gevent.threadpool import ThreadPool
-
-            self._pool = ThreadPool(1)  # the pipeline waits for each call: one at a time
-        ok, value = self._pool.apply(_background_outcome, (fn, args))
+        ok, value = self._gevent.get_hub().threadpool.apply(_outcome, (fn, args))
         if ok:
             return value
         raise value
@@ -141,17 +125,6 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
         return True, fn(*args)
     except Exception as exc:
         return False, exc
-
-
-def _background_outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-    """`_outcome` at BACKGROUND_NICE: on Linux the nice value is the calling thread's own
-    (setpriority with who=0), so only the sink's thread is lowered; lowering needs no rights."""
-    try:
-        if os.getpriority(os.PRIO_PROCESS, 0) < BACKGROUND_NICE:
-            os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)
-    except (AttributeError, OSError):  # not Linux, or refused: the write runs as before
-        pass
-    return _outcome(fn, args)
 
 
 def pick_runtime(kind: str = "auto") -> Runtime:

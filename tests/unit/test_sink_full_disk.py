@@ -195,26 +195,3 @@ def test_gevent_runtime_raises_a_blocking_calls_error_without_printing_it(
     assert raised.value.errno == errno.ENOSPC
     assert runtime.run_blocking(sum, [1, 2]) == 3
     assert "Traceback" not in capfd.readouterr().err
-
-
-def test_gevent_runtime_runs_blocking_calls_in_a_low_priority_thread_of_its_own() -> None:
-    import threading
-
-    import gevent
-
-    from locustfiles.sink.runtime import BACKGROUND_NICE
-
-    caller = os.getpriority(os.PRIO_PROCESS, 0)
-    if caller >= BACKGROUND_NICE:
-        pytest.skip("the test process already runs at the lowest priority")
-    runtime = GeventRuntime()
-
-    def where() -> tuple[int, int]:
-        return os.getpriority(os.PRIO_PROCESS, 0), threading.get_native_id()
-
-    nice, thread = runtime.run_blocking(where)
-    assert nice == BACKGROUND_NICE and thread != threading.get_native_id()
-    assert runtime.run_blocking(where) == (nice, thread)  # one thread, reused
-    assert os.getpriority(os.PRIO_PROCESS, 0) == caller  # the loop's thread keeps its priority
-    hub_nice, _ = gevent.get_hub().threadpool.apply(where)  # name lookups etc. are untouched
-    assert hub_nice == caller
