@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from analysis.layout import SPANS_FOLDER, parse_spans_key, run_key, spans_key
@@ -47,7 +46,7 @@ from analysis.spans import (
 )
 from analysis.spans import start_up_record as engine_start_up
 from analysis.storage import ObjectStore
-from locustfiles.sink.spool import PARQUET_COMPRESSION, upload_part, write_atomic
+from locustfiles.sink.spool import upload_part, write_atomic, write_parquet
 
 log = logging.getLogger("llmload.otlp")
 
@@ -219,9 +218,7 @@ class OtlpReceiver:
         run.seq += 1
         table = rows_table(rows)  # checked as received: it converts
         try:
-            write_atomic(
-                path, lambda fh: pq.write_table(table, fh, compression=PARQUET_COMPRESSION)
-            )
+            write_atomic(path, lambda fh: write_parquet(table, fh))
         except OSError as exc:  # no spool (a full disk): straight to the store, else kept
             if not self._put_bytes(run, key, _parquet(table), len(rows), f"no spool: {exc}"):
                 run.unspooled = rows  # in memory, tried again at the next flush
@@ -332,7 +329,7 @@ def _text(status: str, message: str) -> _Response:
 
 def _parquet(table: pa.Table) -> bytes:
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression=PARQUET_COMPRESSION)
+    write_parquet(table, sink)
     return sink.getvalue()
 
 

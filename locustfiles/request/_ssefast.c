@@ -10,8 +10,10 @@
  *   last() -> bytes | None                    the data of an event still pending at the end
  *   held() -> int                             buffer bytes kept between reads
  *   done                                      the chunked body's end was read
+ *   full                                      the last read filled its buffer (more may wait)
  * recv(fd, skew_ns) -> (bytes, ns) | None     a socket read with its kernel arrival time
  * perf_ns() -> int                            the clock of those times (perf_counter's)
+ * readable(fd) -> bool                        bytes or an end to read now (poll, no wait)
  *
  * size_of(line) judges a chunk size line that is not plain hex digits (Python's rules:
  * extensions, whitespace, garbage), so unusual servers are read exactly as the Python path
@@ -22,7 +24,9 @@
 #include <Python.h>
 #include <structmember.h>
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -34,6 +38,7 @@ typedef struct {
     PyObject_HEAD
     int chunked;
     int done;
+    int full; /* the last read() filled READ_SIZE: the socket may hold more right now */
     int state;
     int cr; /* a CR ended the last data: an LF right after it belongs to it */
     Py_ssize_t left; /* data bytes of the current chunk still to come */
@@ -502,11 +507,33 @@ static PyObject *Decoder_read(Decoder *d, PyObject *args) {
         PyErr_SetString(d->body_error, "connection closed before the end of the chunked body");
         return NULL;
     }
+    d->full = got == READ_SIZE;
     PyObject *datas = feed_bytes(d, data, got);
     if (datas == NULL) {
         return NULL;
     }
     return Py_BuildValue("(NL)", datas, t);
+}
+
+/* readable(fd): whether the socket has bytes or an end to read now (poll with no wait; an
+ * idle keep-alive connection should not). A closed descriptor counts as readable. */
+static PyObject *readable(PyObject *Py_UNUSED(self), PyObject *arg) {
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (fd < 0 || fd > INT_MAX) {
+        Py_RETURN_TRUE; /* closed (-1): not a connection to use again */
+    }
+    struct pollfd p = {(int)fd, POLLIN, 0};
+    int n;
+    do {
+        n = poll(&p, 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyBool_FromLong(n > 0);
 }
 
 /* perf_ns(): the clock read() gives its times on (CLOCK_MONOTONIC: time.perf_counter_ns's on
@@ -551,7 +578,7 @@ static int Decoder_init(Decoder *d, PyObject *args, PyObject *kwds) {
     Py_XSETREF(d->body_error, body_err);
     Py_INCREF(too_long);
     Py_XSETREF(d->too_long, too_long);
-    d->done = d->cr = 0;
+    d->done = d->cr = d->full = 0;
     d->state = SIZE;
     d->left = d->raw_len = d->buf_len = 0;
     return 0;
@@ -580,6 +607,8 @@ static PyMethodDef Decoder_methods[] = {
 
 static PyMemberDef Decoder_members[] = {
     {"done", T_INT, offsetof(Decoder, done), READONLY, "the chunked body's end was read"},
+    {"full", T_INT, offsetof(Decoder, full), READONLY,
+     "the last read filled its buffer: more may be there now"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -598,6 +627,8 @@ static PyTypeObject DecoderType = {
 
 static PyMethodDef module_methods[] = {
     {"perf_ns", (PyCFunction)perf_ns, METH_NOARGS, "The clock of read()'s times, in ns."},
+    {"readable", (PyCFunction)readable, METH_O,
+     "Whether the socket has bytes or an end to read now (no wait)."},
     {"recv", (PyCFunction)recv_timed, METH_VARARGS,
      "One non-blocking read: (bytes, arrival ns), or None when nothing is there yet."},
     {NULL, NULL, 0, NULL},

@@ -57,6 +57,8 @@ if os.environ.get("LLMLOAD_SSE", "").lower() != "python":
         from locustfiles.request import _ssefast as _native  # type: ignore[no-redef]
     except ImportError:  # not built (no compiler at install time): the Python code below
         _native = None
+native_readable: Callable[[int], bool] | None = None if _native is None else _native.readable
+"""Whether a descriptor has bytes or an end to read now (poll in C), where the C module is."""
 
 
 try:
@@ -142,6 +144,15 @@ def _fed(decoder: Any, reads: Iterator[tuple[bytes, int]]) -> Iterator[tuple[lis
             break
 
 
+def waiter(sock: Any) -> Callable[[], Any] | None:
+    """A wait for the socket's next bytes (or its end), as gevent's recv waits, the socket's
+    timeout included; None for a socket the C reader does not read (a blocking read waits)."""
+    if _native is None or not _waitable(sock):
+        return None
+    wait, ready = sock._wait, sock._read_event
+    return lambda: wait(ready)
+
+
 def _waitable(sock: Any) -> bool:
     """A plain gevent socket, with the internals `_socket_events` waits on (gevent's own recv
     methods use them: `_wait`, `_read_event`); its kernel stamps turned on (`socket_reader`).
@@ -168,18 +179,26 @@ def _socket_events(
     read, wait, ready, fileno = decoder.read, sock._wait, sock._read_event, sock.fileno
     skew = kernel_skew_ns()
     last_t = clock.last
+    full = False  # whether the last read filled its buffer (else the socket is most likely empty)
     got = first_read()
     if got is not None:
+        full = len(got[0]) >= READ_SIZE
         t = last_t = max(got[1], last_t)
         clock.last = t
         datas = decoder.feed(got[0])
         if datas:
             yield datas, t
     while not decoder.done:
-        done = read(fileno(), skew)  # -1 once closed (EBADF): a closed socket's number is reused
-        if done is None:  # nothing yet
+        if not full and fileno() >= 0:
+            # a short read took what there was: wait for the next bytes rather than ask the
+            # kernel again (a read that finds nothing is a syscall per wake-up for nothing);
+            # bytes that came meanwhile wake the wait at once. Closed (-1): the read says so.
             wait(ready)
+        done = read(fileno(), skew)  # -1 once closed (EBADF): a closed socket's number is reused
+        if done is None:  # nothing yet (woken without bytes)
+            full = False
             continue
+        full = decoder.full
         datas, t = done
         t = last_t = max(t, last_t)
         clock.last = t

@@ -175,7 +175,7 @@ class UserPool(urllib3.PoolManager):
             sock = conn.sock
             sock.settimeout(read_timeout)
             conn.write_at = _perf_ns()
-            sock.sendall(head + payload)
+            _send_all(sock, head + payload)
             return _read_head(self, key, conn)
         except BaseException as exc:
             conn.close()  # in an unknown state
@@ -215,8 +215,25 @@ class UserPool(urllib3.PoolManager):
         super().clear()
 
 
+def _send_all(sock: Any, data: bytes) -> None:
+    """`sock.sendall(data)`, tried first as one send on a gevent socket's own non-blocking
+    socket: a request fits the kernel's buffer, and gevent's sendall asks the buffer's size
+    (a syscall) and goes through three Python layers first. What did not fit goes by sendall."""
+    raw = getattr(sock, "_sock", None)
+    sent = 0
+    if raw is not None:  # gevent's: the OS's socket, non-blocking
+        try:
+            sent = raw.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
 def _readable(sock: Any) -> bool:
     """Whether the socket has bytes or an end to read now (an idle connection should not)."""
+    if sse.native_readable is not None:
+        return bool(sse.native_readable(sock.fileno()))
     poller = _poll()
     poller.register(sock, 1)  # POLLIN
     return bool(poller.poll(0))
@@ -377,17 +394,25 @@ _CLOSED: Any = _Closed()
 def _reader(conn: Any) -> Reader:
     """The connection's socket reader with arrival times (`sse.socket_reader`), made once per
     socket."""
+    return _stamped_reader(conn)[1]
+
+
+def _stamped_reader(conn: Any) -> tuple[Any, Reader, Callable[[], Any] | None]:
+    """(socket, its reader, a wait for its next bytes or None): made once per socket. The
+    wait is the gevent socket's own (`sse.waiter`), the socket's timeout included."""
     sock = conn.sock
     stamped = conn.reader
     if stamped is None or stamped[0] is not sock:
-        stamped = conn.reader = (sock, sse.socket_reader(sock))
-    return stamped[1]
+        stamped = conn.reader = (sock, sse.socket_reader(sock), sse.waiter(sock))
+    return stamped
 
 
 def _read_head(pool: UserPool, key: tuple[str, int], conn: Any) -> LeanResponse:
     """Read and parse the status line and headers (skipping 1xx interim responses), with
     the arrival time of the read that completed them."""
-    read = _reader(conn)
+    sock, read, wait = _stamped_reader(conn)
+    if wait is not None and sock.fileno() >= 0:
+        wait()  # the request was just written: its answer cannot be there yet (no read for nothing)
     buf = b""
     at = 0
     while True:

@@ -16,11 +16,9 @@ import io
 import logging
 import time
 
-import pyarrow.parquet as pq
-
 from locustfiles.request.record import RequestRecord
 from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
-from locustfiles.sink.spool import PARQUET_COMPRESSION
+from locustfiles.sink.spool import write_parquet
 
 log = logging.getLogger("llmload.warmup")
 
@@ -41,7 +39,7 @@ def warm_up(ctx: EncodeContext) -> float:
         encode_rows("stalls", [{"started_at_ns": 1, "length_ns": 1}], ctx).table,
     ]
     for table in tables:
-        pq.write_table(table, io.BytesIO(), compression=PARQUET_COMPRESSION)
+        write_parquet(table, io.BytesIO())
     return time.perf_counter() - started
 
 

@@ -16,7 +16,6 @@ import logging
 import os
 import random
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from locustfiles.request.errors import (
     root_cause,
     transport_kind,
 )
-from locustfiles.request.record import RequestRecord
+from locustfiles.request.record import RequestRecord, new_request_id
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.body import request_body
@@ -304,7 +303,7 @@ class WorkerContext:
                 text = spec.prompt_text
             else:
                 text = self._prompt(spec)
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         model = model or self.models.pick() or self.model
         record = RequestRecord(
             request_id=request_id,
@@ -398,7 +397,7 @@ class WorkerContext:
     def record_dropped(self, arrival: Arrival, why: str) -> None:
         """An open-loop arrival not sent (the cap): a `dropped` row, no response times."""
         record = RequestRecord(
-            request_id=uuid.uuid4().hex, step=arrival.step, concurrency=arrival.concurrency,
+            request_id=new_request_id(), step=arrival.step, concurrency=arrival.concurrency,
             cold=False, scenario="", endpoint=self.options.endpoint,
             model=self.models.pick() or self.model,
             stream=self.options.stream, prompt_tokens_requested=None, max_tokens=None,
