@@ -381,7 +381,6 @@ class SinkPipeline:
         A table whose part the disk refused keeps that part and its later ones in memory, in
         order, for the next try; the other tables' parts are still tried (smaller ones may fit).
         """
-        rt = self._rt
         wrote = False
         refused: set[str] = set()
         left: list[tuple[str, Any]] = []  # refused, or behind a refused part of their table
@@ -392,7 +391,7 @@ class SinkPipeline:
                 continue
             while True:
                 try:
-                    key, _ = rt.run_blocking(self._spool.write_part, name, self._seq[name], table)
+                    key, _ = self._io(self._spool.write_part, name, self._seq[name], table)
                 except FileExistsError:  # a part of an earlier sink with this id: skip the number
                     self._seq[name] += 1
                     continue
@@ -457,7 +456,7 @@ class SinkPipeline:
 
     def _save_index(self) -> None:
         try:
-            self._rt.run_blocking(self._spool.save_index, self._index)
+            self._io(self._spool.save_index, self._index)
         except OSError as exc:  # upload-spool reads the row counts from the parts instead
             if (INDEX, "spool") not in self._troubles:
                 self._troubles[(INDEX, "spool")] = why(exc)
@@ -468,11 +467,19 @@ class SinkPipeline:
             self._troubles.pop((INDEX, "spool"), None)
         self._index_dirty = True
 
+    def _io(self, fn: Any, *args: Any) -> Any:
+        """A part's blocking work (write, read back, upload to a file store, remove, index):
+        while requests run, in the runtime's background thread (below the loop's priority:
+        runtime.BACKGROUND_NICE); once the sink is closing, where nothing waits behind it."""
+        if self._source.stopping:
+            return self._rt.run_blocking(fn, *args)
+        return self._rt.run_background(fn, *args)
+
     def _store_io(self, fn: Any, *args: Any) -> Any:
         """Store calls: inline when sockets cooperate (gevent-patched), else off the loop."""
         rt = self._rt
         if isinstance(self._store, FileStore) or rt.blocks_on_sockets():
-            return rt.run_blocking(fn, *args)
+            return self._io(fn, *args)
         return fn(*args)
 
     def _upload_pass(self) -> bool:
@@ -481,7 +488,6 @@ class SinkPipeline:
         A store out of space refuses a table's part: that table's later parts wait for the
         next pass, the other tables' parts are still tried (smaller ones may fit).
         """
-        rt = self._rt
         store = self._store
         full: set[str] = set()
         for key in list(self._pending):
@@ -489,7 +495,7 @@ class SinkPipeline:
             if key in self._collided or table in full:
                 continue
             try:
-                data = rt.run_blocking(self._spool.read, key)
+                data = self._io(self._spool.read, key)
                 self._store_io(upload_part, store, self._spool.store_key(key), data)
             except PartCollisionError as exc:
                 log.error("event sink: %s", exc)
@@ -511,7 +517,7 @@ class SinkPipeline:
                 self._note_failure(exc)
                 return False
             try:
-                rt.run_blocking(self._spool.remove, key)
+                self._io(self._spool.remove, key)
             except OSError as exc:  # harmless: a later upload finds identical bytes
                 log.warning("event sink: uploaded %s but could not delete it: %s", key, exc)
             self._pending.remove(key)

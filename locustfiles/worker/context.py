@@ -42,7 +42,7 @@ from locustfiles.run.probe import PROBE_TIMEOUT_S, probe_headers, send_probe, se
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, secret_values
 from locustfiles.sink.eventsink import EventSink, SinkConfig
-from locustfiles.sink.warmup import freeze_gc, warm_up
+from locustfiles.sink.warmup import freeze_gc, steady_allocator, warm_up
 from locustfiles.traffic.prompts import PromptBuilder, prompt_hash
 from locustfiles.traffic.sessions import TOOLS, Session, Turn
 from locustfiles.traffic.workloads import RequestSpec
@@ -126,6 +126,7 @@ class WorkerContext:
         )
         if options.spool_dir:
             config = dataclasses.replace(config, spool_dir=Path(options.spool_dir))
+        steady_allocator()  # before the sink makes any table (warmup.py)
         self.sink = EventSink(config)
         self.sink.start()
         try:

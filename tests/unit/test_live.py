@@ -148,29 +148,43 @@ def long_records(n: int, seed: int) -> list[RequestRecord]:
     return out
 
 
-def test_long_requests_bin_by_numpy_exactly_as_the_python_loop(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("pending", [10**9, 1_000, 1])
+def test_observations_bin_exactly_as_one_add_per_sample(
+    pending: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Buffered and binned in bulk by numpy (whenever `pending` events wait, and on every
+    read): the same bins, counts, zeros, min and max as a sketch given each of the report's
+    samples (analysis/metrics.py) by `add`, one at a time."""
     import locustfiles.live.groups as groups
 
-    records = long_records(60, seed=11)
-    vector = Recorder()
-    for r in records:
-        vector.observe(r)
-    monkeypatch.setattr(groups, "VECTOR_FROM", 10**9)
-    loop = Recorder()
-    for r in records:
-        loop.observe(r)
+    monkeypatch.setattr(groups, "PENDING_EVENTS", pending)
+    records = long_records(30, seed=11) + random_records(300, seed=12)
+    rec = Recorder()
+    for i, r in enumerate(records):
+        rec.observe(r)
+        if i == 100:  # a read in the middle: what waited is binned, the rest comes after
+            assert rec.groups[("step", 0)].sketches["icl"].count > 0
+    group = rec.groups[("step", 0)]
+    exact = compute_request_metrics(*frames(records))
     for name in ("itl", "icl"):
-        a, b = vector.groups[("step", 0)].sketches[name], loop.groups[("step", 0)].sketches[name]
-        assert a.bins() == b.bins() and a.count == b.count and a.count > 0
-        assert a._dd._zero_count == b._dd._zero_count > 0
-        assert (a._dd._min, a._dd._max) == (b._dd._min, b._dd._max)
-        assert a.sum == pytest.approx(b.sum, rel=1e-12)
-    exact = compute_request_metrics(*frames(records))  # and the report's definition
-    itl = vector.groups[("step", 0)].sketches["itl"]
-    assert itl.count == pytest.approx(exact.itl.weight.sum())
-    assert itl.sum == pytest.approx(float(np.dot(exact.itl.value_s, exact.itl.weight)))
+        samples = getattr(exact, name)
+        reference = Sketch()
+        for value, weight in zip(samples.value_s, samples.weight, strict=True):
+            reference.add(float(value), float(weight))
+        got = group.sketches[name]
+        assert got.bins() == reference.bins() and got.count == reference.count > 0
+        assert got._dd._zero_count == reference._dd._zero_count > 0
+        assert got._dd._min == pytest.approx(reference._dd._min, rel=1e-12, abs=1e-15)
+        assert got._dd._max == pytest.approx(reference._dd._max, rel=1e-12)
+        assert got.sum == pytest.approx(reference.sum, rel=1e-12)
+    per_request = exact.per_request
+    for name, column in (("ttft", "ttft_s"), ("e2e", "e2e_s"), ("tpot", "tpot_s")):
+        reference = Sketch()
+        for value in per_request[column].dropna():
+            reference.add(float(value))
+        got = group.sketches[name]
+        assert got.bins() == reference.bins() and got.count == reference.count > 0
+        assert got.sum == pytest.approx(reference.sum, rel=1e-9)
 
 
 class _SkewedLog:
