@@ -158,7 +158,7 @@ class GroupStats:
         delta = {m: Sketch.from_wire(w) for m, w in (wire.get("sketches") or {}).items()}
         for metric, sketch in delta.items():
             if metric in self._sketches:
-                self.sketches[metric].merge(sketch)
+                self._sketches[metric].merge(sketch)  # what waits to be binned adds later
         self.concurrency = int(wire.get("concurrency") or self.concurrency)
         self.requests += int(wire.get("requests") or 0)
         for outcome, n in (wire.get("outcomes") or {}).items():

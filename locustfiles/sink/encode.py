@@ -136,6 +136,7 @@ def encode_requests(
     result = EncodeResult(REQUESTS_SCHEMA.empty_table())
     tables: list[pa.Table] = []
     converted: list[pa.Table] = []  # not yet checked
+    unchecked = 0  # their rows
     unknown_reported: set[frozenset[str]] = set()
     for start in range(0, len(rows), REQUEST_SLICE):
         part = []
@@ -146,21 +147,23 @@ def encode_requests(
             part.append(row)
             if not row.keys() <= _REQUEST_NAMES:  # no set built for a good row
                 extra = row.keys() - _REQUEST_NAMES
-                if extra and frozenset(extra) not in unknown_reported:
+                if frozenset(extra) not in unknown_reported:
                     unknown_reported.add(frozenset(extra))
                     result.errors.append(
                         f"request rows carry unknown columns {sorted(extra)}; ignored"
                     )
         try:
-            converted.append(pa.Table.from_pylist(part, schema=REQUESTS_SCHEMA))
+            slice_tables = [pa.Table.from_pylist(part, schema=REQUESTS_SCHEMA)]
         except (pa.ArrowException, TypeError, ValueError, AttributeError):
-            converted += _one_by_one(
+            slice_tables = _one_by_one(
                 part, result, REQUESTS_SCHEMA, lambda r: f"request row {r.get('request_id')!r}"
             )
-        if sum(len(t) for t in converted) >= CHECK_ROWS or start + REQUEST_SLICE >= len(rows):
+        converted += slice_tables
+        unchecked += sum(len(t) for t in slice_tables)
+        if unchecked >= CHECK_ROWS or start + REQUEST_SLICE >= len(rows):
             if converted:
                 tables.append(_checked_requests(pa.concat_tables(converted), ctx, result))
-            converted = []
+            converted, unchecked = [], 0
         pause()
     if tables:
         result.table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)

@@ -127,10 +127,7 @@ class GeventRuntime:
         # The exception comes back as a value and is raised here, in the caller: raised in
         # the pool's thread, gevent's hub would also print its traceback to stderr, once per
         # failed call (a full disk printed one per part and retry).
-        ok, value = self._gevent.get_hub().threadpool.apply(_outcome, (fn, args))
-        if ok:
-            return value
-        raise value
+        return _returned(self._gevent.get_hub().threadpool.apply(_outcome, (fn, args)))
 
     def run_background(self, fn: Callable[..., T], *args: Any) -> T:
         """`run_blocking` in a thread of the sink's own at BACKGROUND_NICE (a gevent
@@ -139,10 +136,7 @@ class GeventRuntime:
             from gevent.threadpool import ThreadPool
 
             self._background = ThreadPool(1)
-        ok, value = self._background.apply(_background_outcome, (fn, args))
-        if ok:
-            return value
-        raise value
+        return _returned(self._background.apply(_background_outcome, (fn, args)))
 
     def blocks_on_sockets(self) -> bool:
         """True when socket I/O would block the whole loop (sockets not monkey-patched)."""
@@ -155,6 +149,14 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
         return True, fn(*args)
     except Exception as exc:
         return False, exc
+
+
+def _returned(outcome: tuple[bool, Any]) -> Any:
+    """The value of an `_outcome`, or its exception raised here, in the caller."""
+    ok, value = outcome
+    if ok:
+        return value
+    raise value
 
 
 def _background_outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
