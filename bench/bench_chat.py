@@ -41,7 +41,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.metrics import compute_request_metrics  # noqa: E402
+from analysis.derive.metrics import compute_request_metrics  # noqa: E402
 from tests.support.chat import BIN, LOCUSTFILE, start_sim  # noqa: E402
 
 

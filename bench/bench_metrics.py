@@ -1,4 +1,4 @@
-"""Time analysis.metrics.compute_request_metrics on synthetic data.
+"""Time analysis.derive.metrics.compute_request_metrics on synthetic data.
 
 Default: 1,000,000 requests and 10,000,000 chunk rows (10 chunks of 1-3 tokens each), with
 request ids as a categorical column, the way analysis reads them from Parquet. Prints rows/s
@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import compute_request_metrics
+from analysis.derive.metrics import compute_request_metrics
 
 
 def synthetic(

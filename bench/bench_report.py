@@ -61,7 +61,7 @@ def main() -> int:
         )
         gen_s = time.perf_counter() - t
         size = sum(p.stat().st_size for p in (root / "bench-run").rglob("*.parquet"))
-        from analysis.build import build_report
+        from analysis.render.build import build_report
 
         t = time.perf_counter()
         report = build_report(str(root / "bench-run"), Path(tmp) / "out", progress=False)

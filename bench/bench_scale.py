@@ -7,10 +7,10 @@ The run is written by tests/support/synthetic.py, worker by worker and part by p
 part in memory at a time), in a child process. Then each measured command runs as a child
 process of its own, its peak RSS read from the kernel (ru_maxrss of the waited child):
 
-- `sql`: `llmload sql` (analysis/engine.py, DuckDB, out of core under --memory-limit):
+- `sql`: `llmload sql` (analysis/read/engine.py, DuckDB, out of core under --memory-limit):
   per-step TTFT p99 and mean ITL over request_metrics, which aggregates every chunk row;
-- `report`: `llmload report --no-html --memory-limit` (analysis/build.py: the chunks out of
-  core, analysis/chunkfacts.py). Stopped at --report-limit-s or when its RSS passes
+- `report`: `llmload report --no-html --memory-limit` (analysis/render/build.py: the chunks out of
+  core, analysis/derive/chunkfacts.py). Stopped at --report-limit-s or when its RSS passes
   --rss-limit-gb, and recorded as such.
 
 Prints one line per measure and a JSON summary; docs/benchmarks.md records the figures.

@@ -58,8 +58,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.schema import SATURATED_CPU_PERCENT  # noqa: E402
-from analysis.workers import SATURATED_LAG_MS  # noqa: E402
+from analysis.derive.workers import SATURATED_LAG_MS  # noqa: E402
+from analysis.kernel.schema import SATURATED_CPU_PERCENT  # noqa: E402
 from infra.campaign import Campaign, RunResult, Target, parse_campaign, run_campaign  # noqa: E402
 from infra.campaign.procs import Children, shielded, sigterm_interrupts  # noqa: E402
 from infra.campaign.runner import run_deadline  # noqa: E402

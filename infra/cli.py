@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import infra.commands
-from analysis.errors import LlmloadError, UsageError
+from analysis.kernel.errors import LlmloadError, UsageError
 from infra.version import llmload_version
 
 EXIT_USAGE = 2

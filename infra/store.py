@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from analysis.errors import LlmloadError, UsageError
+from analysis.kernel.errors import LlmloadError, UsageError
 from infra.ports import free_ports
 
 DEFAULT_BUCKET = "llmload"

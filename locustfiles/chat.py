@@ -19,7 +19,7 @@ import gevent
 from locust import User, constant, events, task
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRunner, WorkerRunner
 
-from analysis.errors import LlmloadError
+from analysis.kernel.errors import LlmloadError
 from locustfiles.live import wiring as live_wiring
 from locustfiles.live.board import Board
 from locustfiles.master.preflight import form_namespace, preflight, run_id_taken

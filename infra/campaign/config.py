@@ -23,7 +23,7 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.run.kinds import Checked, Count, Kind, Seconds, Switch
 from locustfiles.run.parsers import base_url_problem, has_step_objectives, local_folder
 from locustfiles.run.rules import check_together

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 _PARSE = """
 import json, sys

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.build import build_report
-from analysis.present import SIMULATED_BANNER, step_table
-from analysis.report import Report
-from analysis.report_md import md_table
+from analysis.render.build import build_report
+from analysis.render.present import SIMULATED_BANNER, step_table
+from analysis.render.report_md import md_table
+from analysis.report.summary import Report
 
 
 def report_run(run_uri: str, out_dir: Path, slo: str) -> Report:
@@ -27,8 +27,8 @@ def repeats_reports(runs: Sequence[tuple[str, str]], out_root: Path, slo: str) -
     """The repeats report of each workload's runs (`runs`: workload name, run URI), written to
     `<out_root>/repeats-<workload>/`; one line per report saying where, and what it found
     that a reader must know (steps left out, figures without an interval)."""
-    from analysis.repeats import repeats_of
-    from analysis.repeats_report import write_repeats
+    from analysis.compare.repeats import repeats_of
+    from analysis.compare.repeats_report import write_repeats
 
     by: dict[str, list[str]] = {}
     for workload, uri in runs:
@@ -57,7 +57,7 @@ def describe(report: Report, label: str = "") -> str:
     if aborted is not None:
         lines.append(aborted)
     lines.append(md_table(*step_table(report)))
-    if report.verdict is not None:  # the validity verdict (analysis/verdict.py)
+    if report.verdict is not None:  # the validity verdict (analysis/judge/verdict.py)
         lines.append(f"verdict: {report.verdict.line}")
     search = search_line(report)
     if search is not None:

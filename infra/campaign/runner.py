@@ -6,7 +6,7 @@
 One workload is one run (its own run id, events under `<events_uri>/<run_id>/`, report in
 `<out_root>/<run_id>/`, process logs in `<out_root>/<run_id>/logs/`). Workloads run one after
 another; with `repeat: N` each runs N times in a row (new run ids), and then each workload's
-runs get a repeats report in `<out_root>/repeats-<workload>/` (analysis/repeats.py). Every
+runs get a repeats report in `<out_root>/repeats-<workload>/` (analysis/compare/repeats.py). Every
 run's manifest config records the campaign's id (`campaign_id`, one per `run_campaign`) and
 its `repeat` index. Every process started here is stopped before `run_campaign` returns or raises,
 Ctrl-C included (see procs.py). SIGTERM or SIGINT ends the run going as `aborted` through its
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import locustfiles
-from analysis.errors import LlmloadError
-from analysis.report import Report
-from analysis.storage import join_uri, open_store
+from analysis.kernel.errors import LlmloadError
+from analysis.kernel.storage import join_uri, open_store
+from analysis.report.summary import Report
 from infra.campaign.config import AUTO, Campaign, NamedWorkload, usable_cpus
 from infra.campaign.procs import Children
 from infra.campaign.report import (

@@ -22,9 +22,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from analysis.kernel.prometheus import RUNNING_NAMES
 from infra.check.client import Answer, StreamAnswer, Target
 from infra.check.metrics import read_gauge, wait_until
-from locustfiles.master.prometheus import RUNNING_NAMES
 
 INPUT_REJECTED: Final = (400, 413, 422)
 DEFAULT_BAD_INPUT_WORDS: Final = 200_000
@@ -166,9 +166,10 @@ class Checker:
 
     def _check_also(self, models: Answer) -> None:
         """The other models of a --model mix, each as --model itself."""
-        from analysis.errors import UsageError
-        from locustfiles.master.preflight import served_models, unknown_model
+        from analysis.kernel.errors import UsageError
+        from locustfiles.master.preflight import unknown_model
         from locustfiles.request.errors import refused_status
+        from locustfiles.run.probe import served_models
 
         served = served_models(models.body) if models.ok else []
         for name in self.config.also_models:
@@ -184,7 +185,7 @@ class Checker:
 
     def _unlisted(self, models: Answer) -> list[str]:
         """The models served, when `/v1/models` answered a list without --model (else [])."""
-        from locustfiles.master.preflight import served_models
+        from locustfiles.run.probe import served_models
 
         model = self.config.model
         served = served_models(models.body) if models.ok else []
@@ -193,7 +194,7 @@ class Checker:
     def _refuse_unlisted(self, models: Answer, answer: Answer) -> None:
         """UsageError when the one-token request for a --model `models` does not list was
         refused (4xx): the model is not served, and waiting will not change that."""
-        from analysis.errors import UsageError
+        from analysis.kernel.errors import UsageError
         from locustfiles.master.preflight import unknown_model
         from locustfiles.request.errors import refused_status
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import urllib3
 
+from analysis.kernel.schema import TIMEOUT_KINDS
 from locustfiles.request.client import Limits, Tap, execute
 from locustfiles.request.errors import TRANSPORT, describe
 from locustfiles.request.exchange import Reply, exchange
@@ -86,9 +87,6 @@ def _transport_error(reply: Reply) -> str:
     return f"{reply.failure or TRANSPORT}: {describe(reply.error)}"
 
 
-_TIMEOUTS = ("ttft_timeout", "total_timeout", "stall_timeout")
-
-
 def _stream_answer(record: RequestRecord, tap: Tap) -> StreamAnswer:
     """A streamed request's record in the check's words (its kinds: http, connect, timeout,
     transport, and the stream's own: stream_truncated, malformed_event, ...)."""
@@ -105,7 +103,7 @@ def _stream_answer(record: RequestRecord, tap: Tap) -> StreamAnswer:
         except ValueError:
             answer.body = None
     elif kind is not None:
-        if kind in _TIMEOUTS:
+        if kind in TIMEOUT_KINDS:
             kind = "timeout"
         elif kind == "stream_truncated" and record.http_status is None:
             kind = TRANSPORT  # broke before any response (e.g. TLS)

@@ -4,7 +4,7 @@
     seconds = wait_until(target, url, names, lambda v: v <= baseline, timeout=5)
 
 The parser and the gauge names are shared with the master's scraper
-(`locustfiles/master/prometheus.py`).
+(`analysis/kernel/prometheus.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from analysis.kernel.prometheus import PrometheusFormatError, gauge_value, parse_prometheus
 from infra.check.client import Target
-from locustfiles.master.prometheus import PrometheusFormatError, gauge_value, parse_prometheus
 
 
 @dataclass(frozen=True)

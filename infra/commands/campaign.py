@@ -95,7 +95,7 @@ def _with_repeat(campaign: Any, repeat: int) -> Any:
     not 1..MAX_REPEAT."""
     import dataclasses
 
-    from analysis.errors import UsageError
+    from analysis.kernel.errors import UsageError
     from infra.campaign.config import MAX_REPEAT
 
     if not 1 <= repeat <= MAX_REPEAT:
@@ -108,7 +108,7 @@ def _with_workers(campaign: Any, text: str) -> Any:
     UsageError for anything else (0, -1, 'many', 'external')."""
     import dataclasses
 
-    from analysis.errors import UsageError
+    from analysis.kernel.errors import UsageError
     from infra.campaign.config import EXTERNAL, workers_setting
 
     try:

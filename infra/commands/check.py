@@ -7,7 +7,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 EXIT_FAILED = 1
 

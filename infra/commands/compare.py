@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-METHODS = ("bootstrap", "threshold")  # analysis.compare.METHODS (not imported: no pandas here)
+METHODS = ("bootstrap", "threshold")  # analysis.compare.runs.METHODS (not imported: no pandas here)
 
 EXIT_REGRESSION = 3
 
@@ -77,8 +77,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.bootstrap import RESAMPLES, SEED
-    from analysis.compare import compare_runs, render_comparison_markdown, write_comparison
+    from analysis.compare.bootstrap import RESAMPLES, SEED
+    from analysis.compare.runs import compare_runs, render_comparison_markdown, write_comparison
 
     result = compare_runs(
         args.run_a,

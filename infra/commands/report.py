@@ -7,13 +7,13 @@ import sys
 from typing import Any
 
 EXIT_SLO_FAILED = 3
-EXIT_INVALID = 4  # analysis.verdict.EXIT_INVALID: the run's verdict is one failed on
+EXIT_INVALID = 4  # analysis.judge.verdict.EXIT_INVALID: the run's verdict is one failed on
 
 
 def parse_fail_on(spec: str | None) -> tuple[str, ...]:
     """`--fail-on-invalid` verdicts; UsageError naming an unknown one."""
-    from analysis.errors import UsageError
-    from analysis.verdict import VALID, VERDICTS
+    from analysis.judge.verdict import VALID, VERDICTS
+    from analysis.kernel.errors import UsageError
 
     if spec is None:
         return ()
@@ -132,16 +132,16 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.build import build_report
-    from analysis.present import step_table
-    from analysis.report import CSV_ROWS
-    from analysis.report_md import md_table
-    from analysis.slo import parse_slo
+    from analysis.kernel.slo import parse_slo
+    from analysis.render.build import build_report
+    from analysis.render.present import step_table
+    from analysis.render.report_md import md_table
+    from analysis.report.summary import CSV_ROWS
 
     slo = parse_slo(args.slo)  # a bad spec fails before anything is read or written
     fail_on = parse_fail_on(args.fail_on_invalid)
     if args.fail_on_slo and not slo.objectives:
-        from analysis.errors import UsageError
+        from analysis.kernel.errors import UsageError
 
         raise UsageError("--fail-on-slo needs step objectives; add e.g. --slo ttft_p99=0.5")
     if len(args.run_uri) != 1 or args.campaign or args.events_uri:  # report_repeats.py
@@ -152,12 +152,12 @@ def run(args: argparse.Namespace) -> int:
     run_id = args.run_uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
     out = args.out or f"llmload-report-{run_id}"
     if args.csv_rows is not None and args.csv_rows < 0:
-        from analysis.errors import UsageError
+        from analysis.kernel.errors import UsageError
 
         raise UsageError(f"--csv-rows must be >= 0 (0: always write requests.csv), not "
                          f"{args.csv_rows}")  # fmt: skip
     csv_rows = CSV_ROWS if args.csv_rows is None else args.csv_rows
-    from analysis.engine import DEFAULT_MEMORY_LIMIT
+    from analysis.read.engine import DEFAULT_MEMORY_LIMIT
 
     report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet,
                           csv_rows=csv_rows, in_memory=args.in_memory,

@@ -3,7 +3,7 @@
     status = report_repeats(args)     # from infra/commands/report.py, args already checked
 
 Each run's normal report goes to `<out>/<run_id>/`, summarised in memory (the bootstrap
-resamples every request's values, ITL's per token); the repeats report (analysis/repeats.py)
+resamples every request's values, ITL's per token); the repeats report (analysis/compare/repeats.py)
 goes to `<out>/`, or with a campaign of several workloads to `<out>/repeats-<workload>/`.
 """
 
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 
 def run_uris(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -28,7 +28,7 @@ def run_uris(args: argparse.Namespace) -> dict[str, list[str]]:
         raise UsageError("give RUN_URIs or --campaign, not both")
     if not args.events_uri:
         raise UsageError("--campaign needs --events-uri URI: where the campaign's runs are")
-    from analysis.repeats import campaign_runs
+    from analysis.compare.repeats import campaign_runs
 
     return campaign_runs(args.events_uri, args.campaign)
 
@@ -36,12 +36,12 @@ def run_uris(args: argparse.Namespace) -> dict[str, list[str]]:
 def report_repeats(args: argparse.Namespace, fail_on: tuple[str, ...] = ()) -> int:
     """Report every run, then the repeats of each workload's runs; exit status 0, 3 (a step
     of some run missed the SLO, with --fail-on-slo) or 4 (a run's verdict is in `fail_on`)."""
-    from analysis.build import build_report
-    from analysis.repeats import summarize_repeats
-    from analysis.repeats_report import step_table, write_repeats
-    from analysis.report import CSV_ROWS
-    from analysis.report_md import md_table
-    from analysis.slo import parse_slo
+    from analysis.compare.repeats import summarize_repeats
+    from analysis.compare.repeats_report import step_table, write_repeats
+    from analysis.kernel.slo import parse_slo
+    from analysis.render.build import build_report
+    from analysis.render.report_md import md_table
+    from analysis.report.summary import CSV_ROWS
 
     if args.resamples < 1:
         raise UsageError(f"--resamples must be >= 1, not {args.resamples}")

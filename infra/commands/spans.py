@@ -18,9 +18,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from analysis.errors import UsageError
-from analysis.layout import MANIFEST_NAME, SPANS_FOLDER, parse_spans_key, spans_key
-from analysis.storage import ObjectExistsError, ObjectStore
+from analysis.kernel.errors import UsageError
+from analysis.kernel.layout import MANIFEST_NAME, SPANS_FOLDER, parse_spans_key, spans_key
+from analysis.kernel.storage import ObjectExistsError, ObjectStore
 
 SOURCE = "import"
 SEQ_TRIES = 100  # parts written meanwhile by another import: the next free seq
@@ -56,7 +56,7 @@ def _help(parser: argparse.ArgumentParser) -> int:
 
 def read_exports(path: Path) -> list[Any]:
     """The OTLP exports in a file; UsageError naming the file (and line) when it is not one."""
-    from analysis.spans import SpansFormatError, decode_export
+    from analysis.kernel.spans import SpansFormatError, decode_export
 
     try:
         data = path.read_bytes()
@@ -112,8 +112,8 @@ def _put_part(store: ObjectStore, data: bytes) -> str:
 
 def _request_traces(store: ObjectStore, keys: list[str]) -> set[str]:
     """The trace ids of the run's requests (their ids through trace_id_of)."""
-    from analysis.layout import parse_part_key
-    from analysis.spans import trace_id_of
+    from analysis.kernel.layout import parse_part_key
+    from analysis.kernel.spans import trace_id_of
 
     traces: set[str] = set()
     for key in keys:
@@ -129,8 +129,8 @@ def _request_traces(store: ObjectStore, keys: list[str]) -> set[str]:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from analysis.load import open_run, run_id_of
-    from analysis.spans import rows_table, span_rows, start_up_record
+    from analysis.kernel.spans import rows_table, span_rows, start_up_record
+    from analysis.read.load import open_run, run_id_of
 
     store, manifest, keys, _ = open_run(args.run_uri)
     run_id = run_id_of(manifest or {}, args.run_uri)

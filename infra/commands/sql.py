@@ -66,9 +66,9 @@ def _writer(out: Path, schema: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     import duckdb
 
-    from analysis.engine import DEFAULT_MEMORY_LIMIT, Engine, parse_memory_limit
-    from analysis.errors import UsageError
-    from analysis.storage import expand_home
+    from analysis.kernel.errors import UsageError
+    from analysis.kernel.storage import expand_home
+    from analysis.read.engine import DEFAULT_MEMORY_LIMIT, Engine, parse_memory_limit
 
     if len(args.args) < 2:
         raise UsageError("give one or more RUN_URIs and then a query, e.g. llmload sql runs/r1 "

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import UsageError
-from analysis.storage import expand_home, open_store
+from analysis.kernel.errors import UsageError
+from analysis.kernel.storage import expand_home, open_store
 
 
 def register(sub: Any) -> None:

@@ -16,7 +16,7 @@ import sys
 import time
 from urllib.parse import urlparse
 
-from analysis.storage import S3Store, open_store
+from analysis.kernel.storage import S3Store, open_store
 
 POLL_S = 1.0
 MISSING = ("404", "NoSuchBucket")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
 from infra.simserver.prefix_cache import PrefixCacheConfig

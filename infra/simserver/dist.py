@@ -1,6 +1,6 @@
 """Integer distributions given on the command line: `K` (fixed) or `A-B` (uniform, inclusive).
 
-The grammar and the sampling are locustfiles.traffic.distribution's (one for all of llmload);
+The grammar and the sampling are analysis.kernel.distribution's (one for all of llmload);
 this is the simulator's wording of it: whole numbers >= a minimum, built from (low, high).
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from analysis.errors import UsageError
-from locustfiles.traffic.distribution import BadDistribution, Distribution, parse_distribution
+from analysis.kernel.distribution import BadDistribution, Distribution, parse_distribution
+from analysis.kernel.errors import UsageError
 
 
 class IntDist(Distribution):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 RATE_FLAGS = {
     "error_rate": "--fault-500-rate",

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.simserver.config import SimConfig
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig

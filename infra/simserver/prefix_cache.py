@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 ROOT = 0  # the "previous key" of a sequence's first block
 

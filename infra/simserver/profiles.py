@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.simserver.dist import IntDist
 
 # Step-time fields (seconds) and the `llmload sim` flag that sets each, with its unit.

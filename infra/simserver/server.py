@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TextIO
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.simserver.api import SimApp
 from infra.simserver.config import SimConfig
 from infra.simserver.engine import Engine

@@ -30,10 +30,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
-REQUEST_SPAN: Final = "llm_request"  # analysis.spans.REQUEST_SPAN
-START_UP_SPAN: Final = "Overall Loading"  # one of analysis.spans.START_UP_SPANS
+REQUEST_SPAN: Final = "llm_request"  # analysis.kernel.spans.REQUEST_SPAN
+START_UP_SPAN: Final = "Overall Loading"  # one of analysis.kernel.spans.START_UP_SPANS
 SCOPE: Final = "llmload.simserver"
 DEFAULT_SERVICE_NAME: Final = "llmload-sim"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.storage import join_uri
+from analysis.kernel.storage import join_uri
 from locustfiles.live.board import Board
 
 log = logging.getLogger("llmload.endreport")

@@ -27,7 +27,7 @@ from typing import Any
 import gevent
 import gevent.event
 
-from analysis.storage import ObjectExistsError, ObjectStore, open_store
+from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.live.board import Board
 from locustfiles.master.cachephase import CachePhase
 from locustfiles.master.clocks import WorkerClocks

@@ -9,7 +9,7 @@
 
 An engine that traces (vLLM `--otlp-traces-endpoint http://MASTER:4318/v1/traces`) POSTs
 ExportTraceServiceRequests, protobuf or JSON (`Content-Encoding: gzip` allowed); each span
-becomes a row of analysis.schema.SPANS_SCHEMA (analysis/spans.py) and the rows become
+becomes a row of analysis.kernel.schema.SPANS_SCHEMA (analysis/kernel/spans.py) and the rows become
 Parquet parts `<run_id>/spans/part-otlp-<seq>.parquet`. Each part is written to the local
 spool first (fsync), then put; a part the store refused stays in the spool, retried at the
 next flush and named in one error line at the run's end. Spans that arrive while no run is
@@ -35,8 +35,8 @@ from typing import Any
 import pyarrow as pa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from analysis.layout import SPANS_FOLDER, parse_spans_key, run_key, spans_key
-from analysis.spans import (
+from analysis.kernel.layout import SPANS_FOLDER, parse_spans_key, run_key, spans_key
+from analysis.kernel.spans import (
     CONTENT_TYPES,
     START_UP_SPANS,
     SpansFormatError,
@@ -44,8 +44,8 @@ from analysis.spans import (
     rows_table,
     span_rows,
 )
-from analysis.spans import start_up_record as engine_start_up
-from analysis.storage import ObjectStore
+from analysis.kernel.spans import start_up_record as engine_start_up
+from analysis.kernel.storage import ObjectStore
 from locustfiles.sink.spool import upload_part, write_atomic, write_parquet
 
 log = logging.getLogger("llmload.otlp")

@@ -9,7 +9,7 @@ A step trips the rule when either holds:
 - **server overloaded**: more than `overload_rate` of its finished requests failed as a
   queue rejection (429/503, error kind `queue_rejected`) or a timeout (`ttft_timeout`,
   `stall_timeout`, `total_timeout`): the report's `server-overloaded` verdict
-  (analysis/verdict.py), judged live;
+  (analysis/judge/verdict.py), judged live;
 - **throughput flat, TTFT grew**: its output-token throughput is below (1 + `min_growth`) ×
   that of the earlier step with the highest throughput (the reference), while its TTFT p50
   is more than `ttft_factor` × the reference's. Past saturation more load only queues:
@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from analysis.verdict import OVERLOAD_KINDS  # error kinds that say the server could not keep up
+from analysis.kernel.schema import (
+    OVERLOAD_KINDS,  # error kinds that say the server could not keep up
+)
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import LlmloadError, UsageError
-from analysis.storage import ObjectExistsError, ObjectStore, open_store
+from analysis.kernel.errors import LlmloadError, UsageError
+from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.request.client import Limits, new_pool
 from locustfiles.request.errors import refused_status, root_cause
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
@@ -47,6 +47,7 @@ from locustfiles.run.probe import (
     new_probe_id,
     send_probe,
     send_stream_probe,
+    served_models,
 )
 from locustfiles.run.secrets import redact, secret_values
 from locustfiles.sink.checks import check_spool, check_takes_files, store_reason
@@ -101,13 +102,6 @@ def check_target(host: str, options: ChatOptions) -> SentProbe:
             time.sleep(WAIT_POLL_S)
     finally:
         pool.clear()
-
-
-def served_models(doc: Any) -> list[str]:
-    """The model ids of a `/v1/models` answer (empty: none listed, or not such an answer)."""
-    data = doc.get("data") if isinstance(doc, dict) else None
-    models = data if isinstance(data, list) else []
-    return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id") is not None]
 
 
 def unknown_model(model: str, served: list[str], host: str, flag: str = "--model") -> str:

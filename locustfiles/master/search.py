@@ -36,8 +36,8 @@ import logging
 import math
 from typing import Any, Final, Protocol
 
-from analysis.slo import Slo, parse_slo
-from analysis.stats import PERCENTILES
+from analysis.kernel.percentiles import PERCENTILES
+from analysis.kernel.slo import Slo, parse_slo
 from locustfiles.master.overload import OverloadRule, StepFigures, step_figures
 
 log = logging.getLogger("llmload.search")

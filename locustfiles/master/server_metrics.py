@@ -6,7 +6,7 @@
     scraper.stop()             # one last scrape, then the remaining samples are written
 
 Each scrape becomes one JSON line (docs/events.md, "Server metrics"): the engine gauges
-(running, waiting, KV-cache usage; `locustfiles/master/prometheus.py`) plus the allowlisted series.
+(running, waiting, KV-cache usage; `analysis/kernel/prometheus.py`) plus the allowlisted series.
 Lines go to `<run_id>/server_metrics/part-<seq>.jsonl`, a new part every `flush_every`
 seconds and at stop; keys are never overwritten.
 
@@ -26,14 +26,14 @@ from typing import Any
 
 import urllib3
 
-from analysis.layout import run_key, server_metrics_key
-from analysis.storage import ObjectStore
-from locustfiles.master.prometheus import (
+from analysis.kernel.layout import run_key, server_metrics_key
+from analysis.kernel.prometheus import (
     PrometheusFormatError,
     allowed,
     engine_gauges,
     parse_prometheus,
 )
+from analysis.kernel.storage import ObjectStore
 from locustfiles.request.exchange import exchange
 
 log = logging.getLogger("llmload.server_metrics")

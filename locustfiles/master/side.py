@@ -19,7 +19,7 @@ from typing import Any
 
 import gevent
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.live.board import Board
 from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.master.otlp import OtlpReceiver, split_listen

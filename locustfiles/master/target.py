@@ -9,7 +9,7 @@ from typing import Any
 from locustfiles.request.client import new_pool
 from locustfiles.request.exchange import Reply
 from locustfiles.run.manifest import ProbeRecord
-from locustfiles.run.probe import send_probe
+from locustfiles.run.probe import send_probe, served_models
 
 log = logging.getLogger("llmload.master")
 
@@ -41,11 +41,10 @@ def probe_target(
         if models.headers.get("x-llmload-simulated", "").lower() == "true":
             info["simulated"] = True
         doc = models.json()
-        data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(doc, dict):
             log.warning("llmload: could not list models at %s/v1/models", base)
-        elif isinstance(data, list) and data and isinstance(data[0], dict):
-            info["model"] = data[0].get("id")
+        elif served := served_models(doc):
+            info["model"] = served[0]
         version = get("/version", "target_version")
         body = version.json()
         if version.status is not None and version.status < 400 and isinstance(body, dict):

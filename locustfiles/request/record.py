@@ -1,6 +1,6 @@
 """What a worker records of one request: the `requests` row plus its chunk columns.
 
-The row's columns are the schema's (analysis.schema.REQUEST_ROW_COLUMNS): `row()` is built
+The row's columns are the schema's (analysis.kernel.schema.REQUEST_ROW_COLUMNS): `row()` is built
 from them once, at import, as the dict display one would write out by hand (it runs once per
 request, on the request path: no loop over the schema per call). A record has a field per
 column; tests/unit/test_record_schema.py checks both against the schema and the encoder.
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.schema import REQUEST_ROW_COLUMNS
+from analysis.kernel.schema import REQUEST_ROW_COLUMNS
 
 _ID_BATCH = 256
 _ids: list[str] = []

@@ -25,6 +25,7 @@ with the same results (tests/unit/test_sse_native.py holds them equal, errors in
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 import os
@@ -54,7 +55,7 @@ Reader = Callable[[], tuple[bytes, int]]
 _native: Any = None
 if os.environ.get("LLMLOAD_SSE", "").lower() != "python":
     try:
-        from locustfiles.request import _ssefast as _native  # type: ignore[no-redef]
+        _native = importlib.import_module("locustfiles.request._ssefast")  # built by setup.py
     except ImportError:  # not built (no compiler at install time): the Python code below
         _native = None
 native_readable: Callable[[int], bool] | None = None if _native is None else _native.readable

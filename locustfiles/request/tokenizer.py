@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 
 class TokenCounter:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.run.voice import Voice
 
 

@@ -30,9 +30,9 @@ from importlib import metadata
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from analysis.layout import MANIFEST_NAME, run_key
-from analysis.schema import SCHEMA_VERSION
-from analysis.storage import ObjectStore
+from analysis.kernel.layout import MANIFEST_NAME, run_key
+from analysis.kernel.schema import SCHEMA_VERSION
+from analysis.kernel.storage import ObjectStore
 from locustfiles.run.secrets import is_secret_name, names_env_var, redact, secret_values
 
 MANIFEST_KIND = "llmload.manifest"

@@ -13,13 +13,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.run.rules import check_together
 from locustfiles.run.table import OPTION, OPTIONS, TABLE, add_arguments
 from locustfiles.run.tracerun import apply_trace
 from locustfiles.traffic.models import ModelMix, parse_model_mix
 from locustfiles.traffic.spread import Spread
-from locustfiles.traffic.workloads import Workload
+from locustfiles.traffic.workloads import Workload, WorkloadKind
 
 __all__ = ["OPTIONS", "ChatOptions", "add_arguments", "from_parsed", "parse_metadata"]
 
@@ -97,7 +97,7 @@ class ChatOptions:
         return (
             self.turns.spec != "1"
             or self.tool_rate > 0
-            or self.workload.spec.startswith("conversations:")
+            or self.workload.kind is WorkloadKind.CONVERSATIONS
         )
 
     @property

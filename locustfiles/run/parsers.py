@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-from analysis.errors import UsageError
-from locustfiles.traffic.workloads import Workload, parse_workload
+from analysis.kernel.errors import UsageError
+from locustfiles.traffic.workloads import Workload, WorkloadKind, parse_workload, workload_kind
 
 BODY_OWNERS: Final = {
     "model": "--model",
@@ -135,7 +135,7 @@ def parse_followup(text: str) -> Workload | None:
     """--followup-workload: empty (the workload's own) or lengths, not conversations."""
     if not text:
         return None
-    if text.startswith("conversations:"):
+    if workload_kind(text) is WorkloadKind.CONVERSATIONS:
         raise UsageError(
             "--followup-workload takes lengths (D/N/U) or dataset:PATH.jsonl; conversations: "
             "datasets give their own follow-ups"
@@ -145,7 +145,7 @@ def parse_followup(text: str) -> Workload | None:
 
 def check_events_uri(uri: str) -> str:
     """--events-uri: a store llmload can open (UsageError for unusable URIs)."""
-    from analysis.storage import open_store
+    from analysis.kernel.storage import open_store
 
     open_store(uri)
     return uri
@@ -156,7 +156,7 @@ def local_folder(flag: str) -> Callable[[str], str]:
     a quoted path, `--flag=~/x`, a LOCUST_* variable or a campaign file)."""
 
     def parse(text: str) -> str:
-        from analysis.storage import expand_home
+        from analysis.kernel.storage import expand_home
 
         return expand_home(text, flag)
 
@@ -165,7 +165,7 @@ def local_folder(flag: str) -> Callable[[str], str]:
 
 def check_slo(spec: str) -> str:
     """--slo: objectives and thresholds parse_slo accepts (or empty: none)."""
-    from analysis.slo import parse_slo
+    from analysis.kernel.slo import parse_slo
 
     parse_slo(spec or None)
     return spec
@@ -173,7 +173,7 @@ def check_slo(spec: str) -> str:
 
 def has_step_objectives(spec: Any) -> bool:
     """Whether an SLO spec holds an objective a step can be judged by."""
-    from analysis.slo import parse_slo
+    from analysis.kernel.slo import parse_slo
 
     return bool(parse_slo(str(spec or "") or None).objectives)
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import urllib3
 
-from analysis.spans import traceparent
+from analysis.kernel.spans import traceparent
 from locustfiles.request.client import Limits, execute
 from locustfiles.request.errors import CONNECT, describe
 from locustfiles.request.exchange import Reply, exchange
@@ -45,7 +45,7 @@ def new_probe_id() -> str:
 def probe_headers(request_id: str, api_key: str | None) -> dict[str, str]:
     """The headers of every request llmload sends, probe or load: its id, the W3C trace
     context whose trace id is derived from the id (an engine's span joins the request by it:
-    analysis/spans.py), the API key when there is one."""
+    analysis/kernel/spans.py), the API key when there is one."""
     headers = {"X-Request-Id": request_id, "traceparent": traceparent(request_id)}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -115,3 +115,12 @@ def record_outcome(record: RequestRecord) -> str:
     if record.http_status is not None and record.http_status != 200:
         return f"http {record.http_status}"
     return f"{record.error_kind}: {record.error_detail or ''}"[:200]
+
+
+def served_models(doc: Any) -> list[str]:
+    """The model ids of a `/v1/models` answer (empty: none listed, or not such an answer). The one
+    reading of that answer: the preflight, the target's description, the worker's probes and
+    `llmload check` all call it."""
+    data = doc.get("data") if isinstance(doc, dict) else None
+    models = data if isinstance(data, list) else []
+    return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id") is not None]

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.traffic.trace import TraceSettings, load_trace
 
 TRACE_TAIL_S = 5.0

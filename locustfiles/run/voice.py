@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 
 def as_arg(value: Any) -> str:

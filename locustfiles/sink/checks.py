@@ -10,9 +10,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from analysis.errors import LlmloadError, UsageError
-from analysis.layout import MANIFEST_NAME, run_key
-from analysis.storage import open_store
+from analysis.kernel.errors import LlmloadError, UsageError
+from analysis.kernel.layout import MANIFEST_NAME, run_key
+from analysis.kernel.storage import open_store
 from locustfiles.run.options import ChatOptions
 from locustfiles.sink.eventsink import default_spool_dir
 

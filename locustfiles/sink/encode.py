@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analysis.schema import (
+from analysis.kernel.schema import (
     CHUNK_KINDS,
     CHUNKS_SCHEMA,
     ERROR_KINDS,

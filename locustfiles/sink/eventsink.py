@@ -31,7 +31,7 @@ rejected when the part is built, counted in the report and logged; append never 
 variables are redacted from `error_detail`.
 
 Tables are named in `ENCODERS` (name → the encoder the pipeline runs on its buffer). A new
-table needs its schema in `analysis.schema.TABLES`, an encoder in `ENCODERS`, and an
+table needs its schema in `analysis.kernel.schema.TABLES`, an encoder in `ENCODERS`, and an
 `append_*` method that calls `_append(name, item, rows)`; buffers, row counts, parts and
 report counters follow the name.
 """
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.storage import ObjectStore, S3Store, open_store
+from analysis.kernel.storage import ObjectStore, S3Store, open_store
 from locustfiles.run.secrets import secret_values
 from locustfiles.sink.encode import (
     EncodeContext,

@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from analysis.layout import WorkerIndex, index_key, table_of
-from analysis.schema import SCHEMA_VERSION
-from analysis.storage import FileStore, ObjectStore, StorageError
+from analysis.kernel.layout import WorkerIndex, index_key, table_of
+from analysis.kernel.schema import SCHEMA_VERSION
+from analysis.kernel.storage import FileStore, ObjectStore, StorageError
 from locustfiles.run.secrets import redact
 from locustfiles.sink.encode import EncodeContext, EncodeResult
 from locustfiles.sink.runtime import Runtime, Waitable

@@ -3,7 +3,7 @@
 A worker's sink writes every part to the spool (fsync, then rename) before it uploads it,
 and deletes it only after the store accepted it; a part is never lost to a store outage or a
 worker crash. The spool mirrors the store's keys (docs/events.md), so one spool directory
-can hold many runs and workers (keys: analysis/layout.py):
+can hold many runs and workers (keys: analysis/kernel/layout.py):
 
     <spool>/<run_id>/requests/worker=<worker_id>/part-000000.parquet   ready to upload
     <spool>/<run_id>/chunks/worker=<worker_id>/part-000000.parquet
@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.layout import (
+from analysis.kernel.layout import (
     INDEX_FOLDER,
     TABLE_NAMES,
     WorkerIndex,
@@ -46,8 +46,8 @@ from analysis.layout import (
     worker_name,
     worker_of,
 )
-from analysis.schema import SCHEMA_VERSION
-from analysis.storage import ObjectExistsError, ObjectMissingError, ObjectStore, StorageError
+from analysis.kernel.schema import SCHEMA_VERSION
+from analysis.kernel.storage import ObjectExistsError, ObjectMissingError, ObjectStore, StorageError
 
 log = logging.getLogger("llmload.spool")
 

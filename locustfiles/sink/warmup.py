@@ -12,9 +12,14 @@ run's own objects. docs/benchmarks.md has the figures.
 from __future__ import annotations
 
 import gc
+import importlib.abc
 import io
 import logging
+import sys
 import time
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 from locustfiles.request.record import RequestRecord
 from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_requests, encode_rows
@@ -41,6 +46,40 @@ def steady_allocator() -> str:
         pa.set_memory_pool(chosen)
         return str(chosen.backend_name)
     return str(pa.default_memory_pool().backend_name)
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    """An import finder that refuses one top-level module (for `pyarrow_without_pandas`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname == self.name:
+            raise ImportError(f"{fullname} is not loaded in a worker process")
+        return None
+
+
+def pyarrow_without_pandas() -> bool:
+    """Keep pandas out of this process: pyarrow imports it on its first `pa.array` when it is
+    installed (its pandas shim tries once per process, to recognise DataFrames), which costs a
+    worker ~0.4 s of start-up and ~60 MB it never uses; the sink builds Arrow arrays from Python
+    lists and numpy only. The shim's one try runs here with pandas refused, so pyarrow takes
+    pandas as absent from then on; a later explicit `import pandas` still works. A process
+    that already has pandas (a test's) is left as it is. Returns whether it refused."""
+    if "pandas" in sys.modules:
+        return False
+    import pyarrow as pa
+
+    refuse = _Refuse("pandas")
+    sys.meta_path.insert(0, refuse)
+    try:
+        pa.array([0])  # the shim's one import attempt
+    finally:
+        sys.meta_path.remove(refuse)
+    return True
 
 
 def warm_up(ctx: EncodeContext) -> float:

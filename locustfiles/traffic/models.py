@@ -20,7 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 _EXAMPLE = "--model a:0.7,b:0.3"
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 
 if TYPE_CHECKING:
     from locustfiles.request.tokenizer import TokenCounter

@@ -11,8 +11,8 @@ The grammar and the sampling are distribution.py's; this module words them for i
 
 from __future__ import annotations
 
-from analysis.errors import UsageError
-from locustfiles.traffic.distribution import BadDistribution, Distribution, parse_distribution
+from analysis.kernel.distribution import BadDistribution, Distribution, parse_distribution
+from analysis.kernel.errors import UsageError
 
 Spread = Distribution  # a spread is a distribution; `spec` is the text as given
 

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import UsageError
-from analysis.storage import expand_home
+from analysis.kernel.errors import UsageError
+from analysis.kernel.storage import expand_home
 
 log = logging.getLogger("llmload.trace")
 

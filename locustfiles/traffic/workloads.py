@@ -29,18 +29,19 @@ import logging
 import random
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import UsageError
-from analysis.schema import REQUESTS_SCHEMA, int_max
-from analysis.storage import expand_home
-from locustfiles.traffic.distribution import (
+from analysis.kernel.distribution import (
     NUMBER,
     BadDistribution,
     Distribution,
     parse_distribution,
 )
+from analysis.kernel.errors import UsageError
+from analysis.kernel.schema import REQUESTS_SCHEMA, int_max
+from analysis.kernel.storage import expand_home
 from locustfiles.traffic.trace import TraceReplay, trace_path
 
 log = logging.getLogger(__name__)
@@ -212,11 +213,28 @@ def _load_conversations(spec: str) -> _Conversations:
     return _Conversations(f"conversations:{path.name}", rows)
 
 
+class WorkloadKind(Enum):
+    """Where a workload's requests come from: `parse_workload` sets it, the only place that
+    reads the spec's prefix; everyone else asks `Workload.kind`."""
+
+    LENGTHS = "lengths"  # a mix of length distributions: D(in,out), N(..)/(..), U(..)/(..)
+    DATASET = "dataset"  # dataset:PATH.jsonl
+    CONVERSATIONS = "conversations"  # conversations:PATH.jsonl (multi-turn)
+    TRACE = "trace"  # trace:PATH (a recorded trace, replayed by arrival index)
+
+
 class Workload:
     """A weighted mix of components; `sample()` draws one RequestSpec."""
 
-    def __init__(self, spec: str, components: list[Any], weights: list[float]) -> None:
+    def __init__(
+        self,
+        spec: str,
+        components: list[Any],
+        weights: list[float],
+        kind: WorkloadKind = WorkloadKind.LENGTHS,
+    ) -> None:
         self.spec = spec
+        self.kind = kind
         self.components = components
         total = sum(weights)
         self.weights = [w / total for w in weights]
@@ -231,8 +249,10 @@ class Workload:
     @property
     def trace(self) -> _Trace | None:
         """A `trace:PATH` workload's requests (sent by arrival index), else None."""
-        first = self.components[0] if self.components else None
-        return first if isinstance(first, _Trace) else None
+        if self.kind is not WorkloadKind.TRACE:
+            return None
+        trace: _Trace = self.components[0]
+        return trace
 
 
 class WorkloadSampler:
@@ -250,7 +270,7 @@ class WorkloadSampler:
 
 
 _DATASET_INTS = {"max_tokens": "max_tokens", "prompt_tokens": "prompt_tokens_requested"}
-"""A dataset line's integer keys and the requests column each ends up in (analysis.schema):
+"""A dataset line's integer keys and the requests column each ends up in (analysis.kernel.schema):
 a value the column cannot hold is refused at start, not row by row by the sink."""
 
 
@@ -344,16 +364,26 @@ def _not_understood(part: str) -> UsageError:
     )
 
 
+def workload_kind(spec: str) -> WorkloadKind:
+    """A workload spec's kind, from its prefix (the one place that reads it), without loading
+    any file."""
+    prefix, sep, _ = spec.strip().partition(":")
+    if sep and prefix in ("dataset", "conversations", "trace"):
+        return WorkloadKind(prefix)
+    return WorkloadKind.LENGTHS
+
+
 def parse_workload(spec: str) -> Workload:
     """Parse a workload spec; raise UsageError naming the bad part and the expected form."""
     text = spec.strip()
-    if text.startswith("dataset:"):
-        return Workload(text, [_load_dataset(text)], [1.0])
-    if text.startswith("conversations:"):
-        return Workload(text, [_load_conversations(text)], [1.0])
-    if text.startswith("trace:"):
+    kind = workload_kind(text)
+    if kind is WorkloadKind.DATASET:
+        return Workload(text, [_load_dataset(text)], [1.0], kind)
+    if kind is WorkloadKind.CONVERSATIONS:
+        return Workload(text, [_load_conversations(text)], [1.0], kind)
+    if kind is WorkloadKind.TRACE:
         path = trace_path(text)
-        return Workload(text, [_Trace(f"trace:{path.name}", path)], [1.0])
+        return Workload(text, [_Trace(f"trace:{path.name}", path)], [1.0], kind)
     components: list[Any] = []
     weights: list[float] = []
     for part in text.split("+"):

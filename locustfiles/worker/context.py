@@ -23,6 +23,7 @@ from typing import Any
 import gevent.lock
 import urllib3
 
+from analysis.kernel.schema import TIMEOUT_KINDS
 from locustfiles.live.groups import Observer, Recorder
 from locustfiles.request.client import Limits, execute
 from locustfiles.request.errors import (
@@ -38,11 +39,22 @@ from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord
 from locustfiles.run.options import ChatOptions
-from locustfiles.run.probe import PROBE_TIMEOUT_S, probe_headers, send_probe, send_stream_probe
+from locustfiles.run.probe import (
+    PROBE_TIMEOUT_S,
+    probe_headers,
+    send_probe,
+    send_stream_probe,
+    served_models,
+)
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, secret_values
 from locustfiles.sink.eventsink import EventSink, SinkConfig
-from locustfiles.sink.warmup import freeze_gc, steady_allocator, warm_up
+from locustfiles.sink.warmup import (
+    freeze_gc,
+    pyarrow_without_pandas,
+    steady_allocator,
+    warm_up,
+)
 from locustfiles.traffic.prompts import PromptBuilder, prompt_hash
 from locustfiles.traffic.sessions import TOOLS, Session, Turn
 from locustfiles.traffic.workloads import RequestSpec
@@ -126,6 +138,7 @@ class WorkerContext:
         )
         if options.spool_dir:
             config = dataclasses.replace(config, spool_dir=Path(options.spool_dir))
+        pyarrow_without_pandas()  # before pyarrow's first array: no pandas (warmup.py)
         steady_allocator()  # before the sink makes any table (warmup.py)
         self.sink = EventSink(config)
         self.sink.start()
@@ -216,8 +229,8 @@ class WorkerContext:
     def _probe(self, pool: urllib3.PoolManager) -> None:
         if self.model is None:
             status, doc = self._probe_json(pool, "models", "GET", self.base_url + "/v1/models")
-            data = (doc.get("data") if isinstance(doc, dict) else None) or []
-            self.model = data[0].get("id") if status == 200 and data else None
+            served = served_models(doc) if status == 200 else []
+            self.model = served[0] if served else None
             log.info("llmload: model %s (from /v1/models)", self.model)
         tiny = self.prompts.text(4, random.Random(1))
         if self.options.ignore_eos == "auto":
@@ -240,7 +253,7 @@ class WorkerContext:
                 api_key=self.options.api_key(), worker_id=self.worker_id, secrets=self._secrets,
             )  # fmt: skip
             self._note_probe(probe)
-            if rec.error_kind in ("ttft_timeout", "total_timeout", "stall_timeout"):
+            if rec.error_kind in TIMEOUT_KINDS:
                 raise TimeoutError(f"the streamed probe failed: {probe.outcome}")
             self.continuous_usage = rec.status == "ok" and rec.output_tokens_source == "usage"
             log.info("llmload: continuous usage %s (probe: HTTP %s, token counts from %s)",

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from analysis.schema import SATURATED_CPU_PERCENT, STALL_NS
+from analysis.kernel.schema import SATURATED_CPU_PERCENT, STALL_NS
 
 log = logging.getLogger("llmload.monitor")
 

@@ -21,7 +21,7 @@ import gevent
 from locust.exception import RPCError
 from locust.runners import WorkerRunner
 
-from analysis.errors import LlmloadError
+from analysis.kernel.errors import LlmloadError
 from locustfiles.live.groups import Observer
 from locustfiles.request import sse
 from locustfiles.request.record import RequestRecord

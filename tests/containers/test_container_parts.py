@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from analysis.storage import S3Store
+from analysis.kernel.storage import S3Store
 from infra.containers.bucket import ensure_bucket, main
 from infra.ports import free_port
 from tests.containers.kube import COMPONENT, render

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import build_report
-from analysis.metrics import compute_request_metrics
+from analysis.derive.metrics import compute_request_metrics
 from tests.support.chat import run_locust, start_sim, unseen_by_server
 
 STEPS = ("--step-duration", "2", "--step-warmup", "0.5")

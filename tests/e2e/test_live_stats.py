@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.metrics import compute_request_metrics
-from analysis.stats import weighted_quantiles
+from analysis.derive.metrics import compute_request_metrics
+from analysis.derive.stats import weighted_quantiles
 from infra.ports import free_port
 from locustfiles.live.sketch import RELATIVE_ACCURACY
 from tests.support.chat import BIN, LOCUSTFILE, LocustResult, start_sim, start_worker, wait_for

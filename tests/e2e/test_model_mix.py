@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.build import build_report
+from analysis.render.build import build_report
 from tests.support.chat import run_locust, start_sim, unseen_by_server
 
 pytestmark = pytest.mark.slow  # long (10-35 s a test): `make test-slow`

@@ -8,7 +8,7 @@ import json
 import socket
 from pathlib import Path
 
-from analysis.load import load_run
+from analysis.read.load import load_run
 from tests.support.chat import run_locust, start_sim
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.bootstrap import nearest_rank_median
+from analysis.compare.bootstrap import nearest_rank_median
 from tests.support.chat import start_sim
 
 LLMLOAD = str(Path(sys.executable).parent / "llmload")

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import build_report
-from analysis.engine import Engine
-from analysis.path import PARTS, TTFT_PARTS
+from analysis.derive.path import PARTS, TTFT_PARTS
+from analysis.read.engine import Engine
 from infra.ports import free_port
 from tests.support.chat import run_locust, start_sim
 

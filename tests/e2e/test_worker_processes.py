@@ -1,6 +1,7 @@
 """Locust's `--processes N` on a worker host: one `locust --worker --processes 2` command
 forks two llmload workers, each a worker of its own (its own id, events and flush), as
-docs/campaigns.md (sizing) and the compose and k8s files say. Real processes, the simulator.
+docs/campaigns.md (sizing) and the compose and k8s files say. And what a worker process loads:
+only the shared kernel of `analysis/`, never the report stack. Real processes, the simulator.
 """
 
 from __future__ import annotations
@@ -10,16 +11,20 @@ import subprocess
 from pathlib import Path
 
 from infra.ports import free_port
-from tests.support.chat import BIN, LOCUSTFILE, LocustResult, reap, start_sim
+from tests.support.chat import BIN, LOCUSTFILE, ROOT, LocustResult, reap, start_sim
+
+REPORT_LIBRARIES = ("pandas", "duckdb", "matplotlib")
 
 
 def test_one_worker_command_with_processes_2_is_two_workers(tmp_path: Path) -> None:
     events = tmp_path / "runs"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    modules = tmp_path / "modules"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "LLMLOAD_TEST_MODULES_OUT": str(modules)}
     port = free_port()
+    recording = ROOT / "tests" / "e2e" / "modules_locustfile.py"
     with start_sim(tmp_path, "--profile", "tiny") as sim:
         host = subprocess.Popen(
-            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--worker", "--processes", "2",
+            [str(BIN / "locust"), "-f", str(recording), "--worker", "--processes", "2",
              "--master-host", "127.0.0.1", "--master-port", str(port)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         )  # fmt: skip
@@ -49,3 +54,12 @@ def test_one_worker_command_with_processes_2_is_two_workers(tmp_path: Path) -> N
     ids = {w["worker_id"] for w in workers}
     assert len(ids) == 2
     assert set(requests["worker_id"]) == ids  # both forked processes sent and flushed
+
+    # What a worker process that ran requests had loaded when it quit (the last child to quit
+    # wrote it): the runtime imports only analysis' shared kernel (issue 35).
+    loaded = modules.read_text().split()
+    assert "locustfiles.worker.context" in loaded and "analysis.kernel.schema" in loaded
+    heavy = [m for m in loaded if m.split(".")[0] in REPORT_LIBRARIES]
+    assert heavy == [], heavy[:10]
+    rooms = [m for m in loaded if m.startswith("analysis.") and not m.startswith("analysis.kernel")]
+    assert rooms == [], rooms

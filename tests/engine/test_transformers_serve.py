@@ -38,7 +38,7 @@ import pandas as pd
 import pytest
 
 from analysis import build_report
-from analysis.metrics import compute_request_metrics
+from analysis.derive.metrics import compute_request_metrics
 from infra.engines.tiny_llama import MARKER
 from infra.engines.transformers_serve import TransformersServe
 from tests.support.chat import ROOT, LocustResult, run_locust

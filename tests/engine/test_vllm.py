@@ -8,7 +8,7 @@ vLLM runs as a subprocess of its own environment's Python (infra/engines/vllm_se
 One server serves the module: the tiny Llama built with `--head-dim-64` (vLLM's CPU attention
 kernel refuses head size 16), `--max-num-seqs 2` (a third concurrent request queues), and
 `--otlp-traces-endpoint` pointing at an OTLP/HTTP receiver in this process, which decodes
-each export with analysis.spans. What is checked, against what vLLM itself reported:
+each export with analysis.kernel.spans. What is checked, against what vLLM itself reported:
 
 - prompts: a message of N of llmload's words is N tokens plus the chat template's constant
   overhead in `usage.prompt_tokens`; in a headless llmload run with the model's tokenizer,
@@ -53,7 +53,14 @@ import pyarrow.parquet as pq
 import pytest
 import urllib3
 
-from analysis.spans import (
+from analysis.kernel.prometheus import (
+    KV_USAGE_NAMES,
+    RUNNING_NAMES,
+    WAITING_NAMES,
+    engine_gauges,
+    parse_prometheus,
+)
+from analysis.kernel.spans import (
     CONTENT_TYPES,
     REQUEST_SPAN,
     decode_export,
@@ -63,13 +70,6 @@ from analysis.spans import (
 )
 from infra.engines.vllm_serve import MAX_MODEL_LEN, VllmServe, vllm_python
 from infra.ports import free_port
-from locustfiles.master.prometheus import (
-    KV_USAGE_NAMES,
-    RUNNING_NAMES,
-    WAITING_NAMES,
-    engine_gauges,
-    parse_prometheus,
-)
 from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST
 from locustfiles.traffic.pieces import WORDS
 from tests.support.chat import ROOT, run_locust, wait_for

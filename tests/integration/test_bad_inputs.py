@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.schema import CHUNKS_SCHEMA, METADATA_KEY
-from analysis.storage import open_store
+from analysis.kernel.schema import CHUNKS_SCHEMA, METADATA_KEY
+from analysis.kernel.storage import open_store
 from infra.ports import free_port
 from tests.support.chat import BIN, LOCUSTFILE, ROOT, SimProcess
 from tests.support.runs import RunBuilder

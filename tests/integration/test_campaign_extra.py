@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.campaign.extra import check_extra
 
 

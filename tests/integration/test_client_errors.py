@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import urllib3
 
-from analysis.schema import ERROR_KINDS
+from analysis.kernel.schema import ERROR_KINDS
 from infra.check.client import Target
 from infra.ports import free_port
 from locustfiles.request.client import Limits, classify_status, execute, new_pool

@@ -13,7 +13,7 @@ import pytest
 import urllib3
 import urllib3.connection
 
-from analysis.spans import traceparent
+from analysis.kernel.spans import traceparent
 from locustfiles.request.client import Limits, execute, new_pool
 from locustfiles.request.record import RequestRecord
 from tests.support.sim import SimFactory, chat_body

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import bootstrap
-from analysis.compare import (
+from analysis.compare import bootstrap
+from analysis.compare.runs import (
     COMPARISON_SCHEMA_VERSION,
     NOT_ENOUGH_DATA,
     REGRESSION,
@@ -26,9 +26,9 @@ from analysis.compare import (
     compare_summaries,
     write_comparison,
 )
-from analysis.errors import UsageError
-from analysis.load import load_run
-from analysis.report import Report, summarize_run
+from analysis.kernel.errors import UsageError
+from analysis.read.load import load_run
+from analysis.report.summary import Report, summarize_run
 from infra.cli import main
 from tests.support.runs import RunBuilder
 
@@ -175,7 +175,7 @@ def test_bad_bootstrap_options_are_usage_errors(options: dict[str, object], mess
 
 
 def test_the_cli_defaults_are_the_library_defaults() -> None:
-    from analysis import compare
+    from analysis.compare import runs as compare
     from infra.commands import compare as command
 
     assert command.METHODS == compare.METHODS and command.METHODS[0] == compare.DEFAULT_METHOD

@@ -1,7 +1,7 @@
-"""The out-of-core engine (analysis/engine.py) and `llmload sql`, against the numpy path.
+"""The out-of-core engine (analysis/read/engine.py) and `llmload sql`, against the numpy path.
 
 The engine's per-request metrics and ITL samples are compared column by column with
-analysis/metrics.py (the plain numpy computation the reports use) on a run of more than a
+analysis/derive/metrics.py (the plain numpy computation the reports use) on a run of more than a
 million chunk rows; `llmload sql` runs as a real subprocess on a local run and on a run in a
 real SeaweedFS.
 """
@@ -16,9 +16,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.engine import Engine
-from analysis.load import load_run
-from analysis.metrics import compute_request_metrics
+from analysis.derive.metrics import compute_request_metrics
+from analysis.read.engine import Engine
+from analysis.read.load import load_run
 from tests.support.chat import BIN
 from tests.support.runs import known_run
 from tests.support.store import S3Target

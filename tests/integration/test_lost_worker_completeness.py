@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import load_run
-from analysis.storage import open_store
+from analysis.kernel.storage import open_store
 from tests.support.runs import RunBuilder
 
 

@@ -1,4 +1,4 @@
-"""`llmload report` out of core (the default: analysis/chunkfacts.py on the DuckDB engine)
+"""`llmload report` out of core (the default: analysis/derive/chunkfacts.py on the DuckDB engine)
 gives the figures of the in-memory numpy path (`in_memory=True`), column by column: on a run
 of 1.1M chunk rows, on open-loop and session runs, and on the same impossible timelines."""
 
@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis import build_report
-from analysis.errors import InvalidTimelineError, UsageError
-from analysis.report import Report
+from analysis.kernel.errors import InvalidTimelineError, UsageError
+from analysis.report.summary import Report
 from tests.support.runs import RunBuilder, known_run
 from tests.support.synthetic import write_run
 
@@ -130,10 +130,10 @@ def test_a_worker_taken_in_slices_gives_the_same_figures(
 ) -> None:
     """Slices of whole requests (a hash of the id) bound one window's rows; one slice or many,
     the same report."""
-    import analysis.chunkfacts
+    import analysis.derive.chunkfacts
 
     run = write_run(tmp_path / "ev", 3_000, 10, workers=2, parts=2)
-    monkeypatch.setattr(analysis.chunkfacts, "WINDOW_ROW_BYTES", 2**18)  # 512MB: 2,048 rows
+    monkeypatch.setattr(analysis.derive.chunkfacts, "WINDOW_ROW_BYTES", 2**18)  # 512MB: 2,048 rows
     assert_same_reports(*both(str(run), tmp_path, slo="itl_p99=0.1"))  # 15,000 rows a worker
 
 

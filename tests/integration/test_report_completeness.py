@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis import EventDataError, SchemaVersionError, UsageError, build_report, load_run
-from analysis.schema import CHUNKS_SCHEMA, METADATA_KEY
-from analysis.storage import open_store
+from analysis.kernel.schema import CHUNKS_SCHEMA, METADATA_KEY
+from analysis.kernel.storage import open_store
 from tests.support.runs import RunBuilder
 
 

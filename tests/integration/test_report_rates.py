@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 
 from analysis import build_report, compare_runs, load_run, summarize_run
-from analysis.plots import sent_requests
-from analysis.report import Report
+from analysis.render.plots import sent_requests
+from analysis.report.summary import Report
 from tests.support.runs import T0_NS, RunBuilder, known_run, ns
 
 SEARCH_SLO = "ttft_p99=0.1,ttft=0.1"

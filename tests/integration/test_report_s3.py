@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis import build_report
-from analysis.storage import open_store
+from analysis.kernel.storage import open_store
 from tests.integration.test_report_summary import EXPECTED, SLO, assert_row
 from tests.support.runs import known_run
 from tests.support.store import S3Target

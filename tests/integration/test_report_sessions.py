@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from analysis import build_report
-from analysis.report import Report
-from analysis.sessions import SESSION_COLUMNS, STEP_SESSION_COLUMNS, TURN_COLUMNS
+from analysis.derive.sessions import SESSION_COLUMNS, STEP_SESSION_COLUMNS, TURN_COLUMNS
+from analysis.report.summary import Report
 from tests.support.runs import RunBuilder, known_run, ns, session_run
 
 STEP0_SESSIONS = {

@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from analysis import build_report
-from analysis.path import PARTS
-from analysis.schema import ERROR_KINDS
-from analysis.stats import STATS
+from analysis.derive.path import PARTS
+from analysis.kernel.percentiles import STATS
+from analysis.kernel.schema import ERROR_KINDS
 from tests.support.runs import T0_NS, known_run, ns
 
 SLO = "ttft_p99=0.45,error_rate=0.5,ttft=0.4,tpot=0.2"

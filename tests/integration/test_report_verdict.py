@@ -1,4 +1,4 @@
-"""The validity verdict (analysis/verdict.py) on hand-made runs whose every cause is known,
+"""The validity verdict (analysis/judge/verdict.py) on hand-made runs whose every cause is known,
 and `llmload report --fail-on-invalid`'s exit status."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from analysis import UsageError, build_report
-from analysis.storage import open_store
-from analysis.verdict import EXIT_INVALID, parse_limits
+from analysis.judge.verdict import EXIT_INVALID, parse_limits
+from analysis.kernel.storage import open_store
 from tests.integration.test_report_workers import health_run
 from tests.support.runs import RunBuilder
 

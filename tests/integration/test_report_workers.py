@@ -73,7 +73,7 @@ def test_saturated_worker_and_per_event_counts_are_warned(report) -> None:  # ty
     saturated = [w for w in report.warnings if "saturated" in w]
     assert len(saturated) == 1, report.warnings
     assert saturated[0].startswith("step 1: worker w2 was saturated (CPU max 95%")
-    # the stall moved no percentile: a note (analysis/verdict.py), not a warning
+    # the stall moved no percentile: a note (analysis/judge/verdict.py), not a warning
     assert any(
         n.startswith("step 0: 1 request(s) (16.7%) overlapped a stall") for n in report.notes
     )

@@ -8,8 +8,8 @@ from typing import Any
 
 import urllib3
 
-from analysis.server_metrics import read_server_metrics
-from analysis.storage import open_store
+from analysis.kernel.storage import open_store
+from analysis.read.server_metrics import read_server_metrics
 from locustfiles.master.server_metrics import ServerMetricsScraper, scrape_once
 from tests.support.sim import RunningSim
 

@@ -1,6 +1,6 @@
 """`llmload sim --otlp-traces-endpoint`: vLLM's spans, with the simulator's true times.
 
-A real OTLP/HTTP receiver (http.server on port 0, bodies decoded with analysis.spans) and a
+A real OTLP/HTTP receiver (http.server on port 0, bodies decoded with analysis.kernel.spans) and a
 real `llmload sim` process; requests carry llmload's `traceparent` and `X-Request-Id`.
 """
 
@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from analysis.spans import (
+from analysis.kernel.prometheus import parse_prometheus
+from analysis.kernel.spans import (
     CONTENT_TYPES,
     REQUEST_SPAN,
     START_UP_SPANS,
@@ -26,7 +27,6 @@ from analysis.spans import (
     traceparent,
 )
 from infra.ports import free_port
-from locustfiles.master.prometheus import parse_prometheus
 from tests.support.chat import SimProcess, start_sim, wait_for
 from tests.support.sim import Stream, chat_body, open_stream, read_stream, request, stream_request
 

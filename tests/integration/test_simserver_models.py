@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from tests.support.sim import SimFactory, chat_body, request, stream_request
 
 FLAGS = ("--served-models", "base,slow,lora", "--model-cost", "slow:3",

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.storage import ObjectExistsError, ObjectStore, open_store
+from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.run.manifest import RunManifest, write_manifest
 from locustfiles.sink.eventsink import EventSink, SinkConfig
 from tests.support.events import RUN_ID, chunk_columns, request_id, request_row

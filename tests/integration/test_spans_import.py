@@ -13,9 +13,9 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from analysis.engine import Engine
-from analysis.load import load_run
-from analysis.spans import trace_id_of
+from analysis.kernel.spans import trace_id_of
+from analysis.read.engine import Engine
+from analysis.read.load import load_run
 from infra.cli import main
 from tests.support.runs import RunBuilder
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.schema import ERROR_KINDS
+from analysis.kernel.schema import ERROR_KINDS
 from tests.support.chat import unseen_by_server
 from tests.support.cluster import (
     BIN,

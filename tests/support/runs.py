@@ -21,7 +21,7 @@ a chunk may name its kind, `(offset, tokens, "tool_call")`:
     ])
 
 Times are seconds: `sent_s` from the run's wall-clock origin T0_NS, offsets from the send.
-Written through analysis.storage, so an `s3://` events URI works too; `write(...,
+Written through analysis.kernel.storage, so an `s3://` events URI works too; `write(...,
 schema_version="1.1")` writes parts and a manifest as a 1.1 writer did (no 1.2 columns).
 """
 
@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.layout import MANIFEST_NAME, WorkerIndex, index_key, part_key
-from analysis.schema import (
+from analysis.kernel.layout import MANIFEST_NAME, WorkerIndex, index_key, part_key
+from analysis.kernel.schema import (
     CHUNKS_SCHEMA,
     OPEN_LOOP_COLUMNS_1_2,
     REQUESTS_SCHEMA,
@@ -47,7 +47,7 @@ from analysis.schema import (
     STALLS_SCHEMA,
     WORKER_DELAY_COLUMNS_1_1,
 )
-from analysis.storage import join_uri, open_store
+from analysis.kernel.storage import join_uri, open_store
 
 T0_NS = 1_700_000_000_000_000_000
 

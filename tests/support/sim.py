@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from analysis.kernel.prometheus import parse_prometheus
 from infra.simserver.options import add_arguments, build_config
 from infra.simserver.server import SimServer
-from locustfiles.master.prometheus import parse_prometheus
 
 TIMEOUT = 10.0  # seconds, for any single socket operation in these tests
 

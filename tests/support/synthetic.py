@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.layout import part_key
-from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION
+from analysis.kernel.layout import part_key
+from analysis.kernel.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION
 
 T0_NS: Final = 1_700_000_000_000_000_000
 STEPS: Final = (1, 2, 4, 8, 16, 32)

@@ -22,8 +22,8 @@ def test_report_names_are_exported() -> None:
 
 def test_report_modules_import_no_locust_gevent_or_pyplot() -> None:
     code = (
-        "import sys, analysis, analysis.report, analysis.report_html, analysis.compare, "
-        "analysis.plots, infra.commands.report, infra.commands.compare; "
+        "import sys, analysis, analysis.report.summary, analysis.render.report_html, analysis.compare.runs, "
+        "analysis.render.plots, infra.commands.report, infra.commands.compare; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('locust', 'gevent') "
         "or m == 'matplotlib.pyplot']; print(bad)"
     )

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.completeness import Completeness
-from analysis.report import Report
-from analysis.slo import parse_slo
-from analysis.steps import StepTable
+from analysis.kernel.slo import parse_slo
+from analysis.read.completeness import Completeness
+from analysis.report.summary import Report
+from analysis.steps.aggregate import StepTable
 
 
 def _report(rows: list[dict[str, Any]]) -> Report:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.campaign import (
     Campaign,
     Engine,

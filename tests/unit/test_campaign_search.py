@@ -13,7 +13,7 @@ import pytest
 
 import infra.campaign.report as campaign_report
 import infra.campaign.runner as runner
-from analysis.slo import Slo, parse_slo
+from analysis.kernel.slo import Slo, parse_slo
 from infra.campaign import CampaignError, parse_campaign
 from infra.campaign.report import describe, report_run, search_line
 from infra.cli import main

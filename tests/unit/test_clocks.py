@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.clocks import aligned_sent_ns, clock_warnings, worker_offsets_ns
-from analysis.load import load_run
-from analysis.report import summarize_run
+from analysis.read.clocks import aligned_sent_ns, clock_warnings, worker_offsets_ns
+from analysis.read.load import load_run
+from analysis.report.summary import summarize_run
 from tests.support.runs import T0_NS, RunBuilder, ns
 
 MS = 1_000_000

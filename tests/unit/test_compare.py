@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.compare import compare_summaries
-from analysis.errors import UsageError
+from analysis.compare.runs import compare_summaries
+from analysis.kernel.errors import UsageError
 
 
 def row(conc: int, group: str = "step", **values: float) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""One grammar for a number that may vary (locustfiles/traffic/distribution.py) and its
+"""One grammar for a number that may vary (analysis/kernel/distribution.py) and its
 three users: spreads (sessions), workload lengths and the simulator's K|A-B options."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
-from infra.simserver.dist import IntDist
-from locustfiles.traffic.distribution import (
+from analysis.kernel.distribution import (
     SPELLINGS,
     BadDistribution,
     Distribution,
     parse_distribution,
 )
+from analysis.kernel.errors import UsageError
+from infra.simserver.dist import IntDist
 from locustfiles.traffic.spread import parse_spread
 from locustfiles.traffic.workloads import parse_workload
 
@@ -146,7 +146,7 @@ def test_documented_examples_parse() -> None:
 
 def test_the_grammar_and_the_simulator_load_without_locust_or_gevent() -> None:
     code = (
-        "import sys, locustfiles.traffic.distribution, infra.simserver, infra.simserver.options\n"
+        "import sys, analysis.kernel.distribution, infra.simserver, infra.simserver.options\n"
         "bad = [n for n in sys.modules if n.split('.')[0] in ('locust', 'gevent')]\n"
         "assert not bad, bad\n"
     )

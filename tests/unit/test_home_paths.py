@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
-from analysis.storage import FileStore, expand_home, open_store
+from analysis.kernel.errors import UsageError
+from analysis.kernel.storage import FileStore, expand_home, open_store
 from locustfiles.run.table import OPTION
 from locustfiles.traffic.workloads import parse_workload
 

@@ -1,4 +1,5 @@
-"""The import graph: no cycle anywhere, and locustfiles' rooms import one way (issue 19).
+"""The import graph: no cycle anywhere, and the rooms of both packages import one way
+(locustfiles: issue 19; analysis and its shared kernel: issue 35).
 
 Every import counts, at run time or type-only (`if TYPE_CHECKING:`), top level or inside a
 function: an arrow that points the wrong way is a design question even when it never runs.
@@ -11,12 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import analysis
 import locustfiles
 
 PACKAGES = ("locustfiles", "analysis", "infra")
 ROOT = Path(__file__).resolve().parents[2]
 # each room may import from the rooms before it; chat.py (the locustfile) wires them all
 ORDER = ("", *locustfiles.ROOMS, "chat")
+# analysis: the kernel at the bottom; the package's own face (`from analysis import load_run`) last
+ANALYSIS_ORDER = (*analysis.ROOMS, "")
+REPORT_LIBRARIES = ("pandas", "duckdb", "matplotlib")
 
 
 def module_name(path: Path) -> str:
@@ -84,14 +89,20 @@ def room(module: str) -> str:
 
 
 def wrong_way(graph: dict[str, set[str]]) -> list[str]:
-    """Imports from a locustfiles room to a room after it."""
+    """Imports from a room to a room after it, in either package; and any import from the
+    runtime (locustfiles) into analysis beyond its shared kernel."""
     bad = []
     for module, targets in sorted(graph.items()):
-        if not module.startswith("locustfiles"):
+        package = module.split(".")[0]
+        if package not in ("locustfiles", "analysis"):
             continue
-        for target in sorted(t for t in targets if t.startswith("locustfiles")):
-            if ORDER.index(room(target)) > ORDER.index(room(module)):
+        order = ORDER if package == "locustfiles" else ANALYSIS_ORDER
+        for target in sorted(t for t in targets if t.split(".")[0] == package):
+            if order.index(room(target)) > order.index(room(module)):
                 bad.append(f"{module} -> {target}")
+        if package == "locustfiles":
+            beyond = [t for t in targets if t.startswith("analysis") and room(t) != "kernel"]
+            bad += [f"{module} -> {target}" for target in sorted(beyond)]
     return bad
 
 
@@ -115,7 +126,7 @@ def test_relative_imports_resolve() -> None:
 def test_no_import_cycle_anywhere() -> None:
     graph = import_graph()
     assert "locustfiles.master.side" in graph["locustfiles.master.shape"]  # sees type-only imports
-    assert "analysis.schema" in graph["analysis.load"]
+    assert "analysis.kernel.schema" in graph["analysis.read.load"]
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
 
@@ -131,9 +142,27 @@ def test_rooms_import_one_way() -> None:
     assert wrong_way(graph) == []
 
 
+def test_analysis_rooms_import_one_way() -> None:
+    graph = import_graph()
+    rooms = {room(m) for m in graph if m.startswith("analysis")}
+    assert rooms == set(ANALYSIS_ORDER), "a room missing from analysis.ROOMS, or one that is gone"
+    assert [p.name for p in (ROOT / "analysis").glob("*.py")] == ["__init__.py"], (
+        "a module outside analysis' rooms: put it in the room whose job it is"
+    )
+    assert "analysis.read.load" in graph["analysis.steps.aggregate"]  # sees the analysis graph
+
+
 def test_wrong_way_names_the_arrow() -> None:
-    graph = {"locustfiles.request.client": {"locustfiles.worker.context"}}
-    assert wrong_way(graph) == ["locustfiles.request.client -> locustfiles.worker.context"]
+    graph = {
+        "locustfiles.request.client": {"locustfiles.worker.context"},
+        "analysis.derive.metrics": {"analysis.render.plots", "analysis.kernel.errors"},
+        "locustfiles.master.search": {"analysis.kernel.slo", "analysis.judge.search"},
+    }
+    assert wrong_way(graph) == [
+        "analysis.derive.metrics -> analysis.render.plots",
+        "locustfiles.master.search -> analysis.judge.search",
+        "locustfiles.request.client -> locustfiles.worker.context",
+    ]
 
 
 def run_python(code: str) -> None:
@@ -156,13 +185,32 @@ def test_the_protocol_does_not_import_the_master_and_chat_exports_the_shape() ->
     run_python(code)
 
 
-def test_every_rooms_public_face_resolves() -> None:
+def test_the_kernel_and_the_runtime_load_no_report_stack() -> None:
+    """Every kernel module, and the locustfile with every room, loads neither pandas, duckdb
+    nor matplotlib, nor any analysis room but the kernel (the worker process's own check:
+    tests/e2e/test_worker_processes.py)."""
+    kernel = sorted(m for m in import_graph() if m.startswith("analysis.kernel"))
+    rooms = sorted(m for m in import_graph() if m.startswith("locustfiles."))
     code = (
-        "import importlib, locust, locustfiles\n"
+        "import importlib, sys, locust\n"
+        f"for name in {kernel + rooms!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"heavy = [m for m in sys.modules if m.split('.')[0] in {REPORT_LIBRARIES!r}]\n"
+        "assert not heavy, heavy[:5]\n"
+        "rooms = [m for m in sys.modules if m.startswith('analysis.')\n"
+        "         and not m.startswith('analysis.kernel')]\n"
+        "assert not rooms, rooms\n"
+    )
+    run_python(code)
+
+
+def test_analysis_public_face_resolves_and_rooms_hold_no_face() -> None:
+    code = (
+        "import importlib, locust, analysis, locustfiles\n"
+        "for name in analysis.__all__:\n"
+        "    getattr(analysis, name)\n"
         "for room in locustfiles.ROOMS:\n"
         "    module = importlib.import_module(f'locustfiles.{room}')\n"
-        "    assert module.__all__, room\n"
-        "    for name in module.__all__:\n"
-        "        getattr(module, name)\n"
+        "    assert not hasattr(module, '__all__'), room\n"
     )
     run_python(code)

@@ -1,4 +1,4 @@
-"""The store layout (analysis/layout.py): keys built and parsed in one place, as documented."""
+"""The store layout (analysis/kernel/layout.py): keys built and parsed in one place, as documented."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.layout import (
+from analysis.kernel.layout import (
     MANIFEST_NAME,
     TABLE_NAMES,
     PartKey,
@@ -21,7 +21,7 @@ from analysis.layout import (
     server_metrics_key,
     worker_of,
 )
-from analysis.schema import TABLES
+from analysis.kernel.schema import TABLES
 
 DOC = Path(__file__).parents[2] / "docs" / "events.md"
 

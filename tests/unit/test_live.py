@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.metrics import compute_request_metrics
-from analysis.stats import weighted_quantiles
+from analysis.derive.metrics import compute_request_metrics
+from analysis.derive.stats import weighted_quantiles
 from locustfiles.live.board import Board
 from locustfiles.live.groups import Recorder
 from locustfiles.live.metrics import BUCKETS, EXPORTED, registry_for
@@ -114,7 +114,7 @@ def test_handbook_example_and_per_token_itl_weights() -> None:
     assert group.sketches["ttft"].quantile(0.5) == pytest.approx(0.8, rel=RELATIVE_ACCURACY)
     assert group.sketches["e2e"].count == 2 and group.output_tokens == 8
 
-    # the same weights as the report's definition (analysis/metrics.py)
+    # the same weights as the report's definition (analysis/derive/metrics.py)
     records = random_records(200, seed=1)
     rec = Recorder()
     for r in records:
@@ -154,7 +154,7 @@ def test_observations_bin_exactly_as_one_add_per_sample(
 ) -> None:
     """Buffered and binned in bulk by numpy (whenever `pending` events wait, and on every
     read): the same bins, counts, zeros, min and max as a sketch given each of the report's
-    samples (analysis/metrics.py) by `add`, one at a time."""
+    samples (analysis/derive/metrics.py) by `add`, one at a time."""
     import locustfiles.live.groups as groups
 
     monkeypatch.setattr(groups, "PENDING_EVENTS", pending)

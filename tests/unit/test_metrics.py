@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.errors import EventDataError, InvalidTimelineError
-from analysis.metrics import compute_request_metrics
+from analysis.derive.metrics import compute_request_metrics
+from analysis.kernel.errors import EventDataError, InvalidTimelineError
 
 S = 1_000_000_000  # ns per second
 

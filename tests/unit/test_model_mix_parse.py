@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.traffic.models import ModelMix, parse_model_mix
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.campaign import Campaign, Target, parse_campaign
 from infra.campaign.config import CHAT_OPTIONS, OWNED_FLAGS
 from infra.campaign.runner import master_command

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.run.options import OPTIONS, from_parsed, parse_metadata
 
 

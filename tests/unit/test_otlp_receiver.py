@@ -22,10 +22,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from analysis.layout import run_key, spans_key
-from analysis.schema import SPANS_SCHEMA
-from analysis.spans import read_spans, trace_id_of
-from analysis.storage import FileStore, ObjectStore, StorageError, open_store
+from analysis.kernel.layout import run_key, spans_key
+from analysis.kernel.schema import SPANS_SCHEMA
+from analysis.kernel.spans import read_spans, trace_id_of
+from analysis.kernel.storage import FileStore, ObjectStore, StorageError, open_store
 from locustfiles.master.otlp import OtlpReceiver, split_listen
 from locustfiles.run.table import OPTION
 
@@ -106,7 +106,7 @@ def receiver(tmp_path: Path) -> Iterator[OtlpReceiver]:
 
 
 def stored_rows(events: Path) -> list[dict]:
-    """The run's spans as read back (analysis.spans.read_spans)."""
+    """The run's spans as read back (analysis.kernel.spans.read_spans)."""
     run = open_store(str(events / RUN))
     frame = read_spans(run, [o.key for o in run.list("spans/")])
     return [] if frame is None else frame.to_dict("records")
@@ -262,7 +262,7 @@ def test_a_refused_part_stays_in_the_spool_and_is_retried(
      ("4318", False), ("host:", False), ("host:99999", False), ("a b:1", False)],
 )  # fmt: skip
 def test_listen_option_is_checked(text: str, ok: bool) -> None:
-    from analysis.errors import UsageError
+    from analysis.kernel.errors import UsageError
 
     option = OPTION["otlp_listen"]
     if ok:

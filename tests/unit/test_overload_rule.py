@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from analysis.errors import UsageError
-from analysis.stopping import stopped_facts, stopped_info, stopped_line
+from analysis.judge.stopping import stopped_facts, stopped_info, stopped_line
+from analysis.kernel.errors import UsageError
 from infra.campaign import parse_campaign
 from infra.campaign.runner import master_command
 from locustfiles.live.groups import GroupStats

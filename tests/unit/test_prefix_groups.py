@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.cachestate import PrefixPlan, cache_columns, cache_warnings
-from analysis.errors import UsageError
+from analysis.derive.cachestate import PrefixPlan, cache_columns, cache_warnings
+from analysis.kernel.errors import UsageError
 from infra.simserver.prefix_cache import PrefixCache, block_keys
 from locustfiles.run.options import from_parsed
 from locustfiles.traffic.prompts import PromptBuilder

@@ -1,4 +1,4 @@
-"""The Prometheus text parser and the engine gauges read from it (locustfiles/master/prometheus.py)."""
+"""The Prometheus text parser and the engine gauges read from it (analysis/kernel/prometheus.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from locustfiles.master.prometheus import (
+from analysis.kernel.prometheus import (
     PrometheusFormatError,
     Sample,
     allowed,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.traffic.pieces import MIN_PIECES, WORDS
 from locustfiles.traffic.prompts import PromptBuilder

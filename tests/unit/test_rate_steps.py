@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.compare import compare_summaries, write_comparison
-from analysis.openloop import slip_and_queue_ms
-from analysis.search import Probe, SearchResult, SearchSummary, result_line
-from analysis.windows import plan_steps
+from analysis.compare.runs import compare_summaries, write_comparison
+from analysis.derive.openloop import slip_and_queue_ms
+from analysis.derive.windows import plan_steps
+from analysis.judge.search import Probe, SearchResult, SearchSummary, result_line
 
 T0 = 1_700_000_000_000_000_000
 

@@ -1,6 +1,6 @@
 """A worker's RequestRecord against the schema: its row and chunk columns are the schema's.
 
-`RequestRecord.row()` is built from analysis.schema (REQUEST_ROW_COLUMNS); these tests tie
+`RequestRecord.row()` is built from analysis.kernel.schema (REQUEST_ROW_COLUMNS); these tests tie
 the record's fields to the schema's columns and run real records through the sink's encoder.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from analysis.schema import CHUNKS_SCHEMA, REQUEST_ROW_COLUMNS, REQUESTS_SCHEMA, SINK_COLUMNS
+from analysis.kernel.schema import CHUNKS_SCHEMA, REQUEST_ROW_COLUMNS, REQUESTS_SCHEMA, SINK_COLUMNS
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.stream import StreamState
 from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_requests

@@ -1,4 +1,4 @@
-"""Repeats of one plan (analysis/repeats.py): medians across runs and two-level intervals.
+"""Repeats of one plan (analysis/compare/repeats.py): medians across runs and two-level intervals.
 
 Synthetic runs (tests/support/runs.py) whose TTFTs are drawn from a known distribution: the
 intervals of the TTFT median contain its true value in most data seeds, the same seed gives
@@ -15,9 +15,8 @@ import pandas as pd
 import pytest
 
 from analysis import load_run, summarize_run
-from analysis.bootstrap import FIGURES
-from analysis.errors import UsageError
-from analysis.repeats import (
+from analysis.compare.bootstrap import FIGURES
+from analysis.compare.repeats import (
     REPEATS_KIND,
     RepeatFigure,
     Repeats,
@@ -25,8 +24,9 @@ from analysis.repeats import (
     over_runs,
     summarize_repeats,
 )
-from analysis.repeats_report import write_repeats
-from analysis.report import Report
+from analysis.compare.repeats_report import write_repeats
+from analysis.kernel.errors import UsageError
+from analysis.report.summary import Report
 from tests.support.runs import RunBuilder
 
 TTFT_LOW, TTFT_HIGH = 0.010, 0.030  # TTFT ~ U(10 ms, 30 ms): its median is 20 ms

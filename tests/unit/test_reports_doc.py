@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from analysis.path import PARTS
-from analysis.schema import ERROR_KINDS
-from analysis.sessions import SESSION_COLUMNS, TURN_COLUMNS
-from analysis.stats import STATS
-from analysis.steps import BY_CHOICES, LATENCY_METRICS, PER_REQUEST_COLUMNS
+from analysis.derive.path import PARTS
+from analysis.derive.sessions import SESSION_COLUMNS, TURN_COLUMNS
+from analysis.kernel.percentiles import STATS
+from analysis.kernel.schema import ERROR_KINDS
+from analysis.steps.aggregate import BY_CHOICES, LATENCY_METRICS, PER_REQUEST_COLUMNS
 from tests.integration.test_report_summary import EXPECTED
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reports.md"

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis.errors import UsageError
-from analysis.storage import FileStore, ObjectExistsError
+from analysis.kernel.errors import UsageError
+from analysis.kernel.storage import FileStore, ObjectExistsError
 from locustfiles.live.board import Board
 from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.master.preflight import check_run_id, run_id_taken, write_first_manifest

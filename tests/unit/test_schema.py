@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from analysis.errors import SchemaVersionError
-from analysis.layout import part_key
-from analysis.schema import (
+from analysis.kernel.errors import SchemaVersionError
+from analysis.kernel.layout import part_key
+from analysis.kernel.schema import (
     CHUNKS_SCHEMA,
     ERROR_KINDS,
     REQUESTS_SCHEMA,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from analysis.slo import parse_slo
+from analysis.kernel.slo import parse_slo
 from locustfiles.live.stats import GroupStats
 from locustfiles.master.search import MAX_BISECTIONS, CapacitySearch, FixedLevels, judge
 from locustfiles.master.staircase import RATE_LEAD_S, Staircase

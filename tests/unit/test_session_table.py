@@ -1,4 +1,4 @@
-"""The session table (analysis/sessions.py) from hand-made runs read back through load_run."""
+"""The session table (analysis/derive/sessions.py) from hand-made runs read back through load_run."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.load import load_run
-from analysis.metrics import compute_request_metrics
-from analysis.sessions import SESSION_COLUMNS, SessionTable, turn_rows, without_history
+from analysis.derive.metrics import compute_request_metrics
+from analysis.derive.sessions import SESSION_COLUMNS, SessionTable, turn_rows, without_history
+from analysis.read.load import load_run
 from tests.support.runs import T0_NS, RunBuilder, known_run, ns, session_run
 
 

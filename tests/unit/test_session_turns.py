@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.stream import StreamState, parse_body
 from locustfiles.traffic.sessions import MAX_TOOL_ROUNDS, TOOLS, Session, Turn

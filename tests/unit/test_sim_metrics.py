@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from analysis.kernel.prometheus import engine_gauges, parse_prometheus
 from infra.simserver.metrics import SimStats, render
-from locustfiles.master.prometheus import engine_gauges, parse_prometheus
 
 
 @dataclass

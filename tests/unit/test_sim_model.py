@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from infra.simserver.dist import IntDist
 from infra.simserver.options import add_arguments
 from infra.simserver.profiles import PROFILES, get_profile

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from analysis.errors import UsageError
-from analysis.spans import decode_export, span_rows
+from analysis.kernel.errors import UsageError
+from analysis.kernel.spans import decode_export, span_rows
 from infra.simserver.config import SimConfig
 from infra.simserver.tracing import (
     Endpoint,

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from analysis.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA
+from analysis.kernel.schema import CHUNKS_SCHEMA, REQUESTS_SCHEMA
 from locustfiles.sink.encode import (
     CHUNK_SLICE_ROWS,
     REDACTED,

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.storage import FileStore, ObjectInfo, StorageError
+from analysis.kernel.storage import FileStore, ObjectInfo, StorageError
 from locustfiles.sink.eventsink import Backoff, EventSink, SinkConfig
 from locustfiles.sink.pipeline import ENCODE_EVERY_S
 from locustfiles.sink.runtime import GeventRuntime, ThreadRuntime

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.storage import FileStore
+from analysis.kernel.storage import FileStore
 from locustfiles.sink.eventsink import EventSink, SinkConfig
 from locustfiles.sink.runtime import GeventRuntime
 from locustfiles.sink.spool import Spool

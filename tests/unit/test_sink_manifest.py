@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.schema import SCHEMA_VERSION
-from analysis.storage import FileStore
+from analysis.kernel.schema import SCHEMA_VERSION
+from analysis.kernel.storage import FileStore
 from locustfiles.run.manifest import (
     PROBE_PURPOSES,
     ProbeRecord,

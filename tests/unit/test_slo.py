@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.errors import UsageError
-from analysis.slo import parse_slo
+from analysis.kernel.errors import UsageError
+from analysis.kernel.slo import parse_slo
 
 
 def test_parse_step_objectives_and_request_thresholds() -> None:

@@ -1,4 +1,4 @@
-"""Which of a request's phases its worker's loop stalls fell in (analysis/workers.py), and the
+"""Which of a request's phases its worker's loop stalls fell in (analysis/derive/workers.py), and the
 bound of what they could move."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.workers import stall_effect, stall_phases
+from analysis.derive.workers import stall_effect, stall_phases
 
 MS = 1_000_000
 

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from analysis.metrics import Samples
-from analysis.stats import STATS, DistributionSummary, SortedSamples, weighted_quantiles
+from analysis.derive.metrics import Samples
+from analysis.derive.stats import DistributionSummary, SortedSamples, weighted_quantiles
+from analysis.kernel.percentiles import STATS
 
 
 def test_nearest_rank_on_ten_values() -> None:

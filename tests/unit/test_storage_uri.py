@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
-from analysis.storage import FileStore, S3Store, join_uri, open_store
+from analysis.kernel.errors import UsageError
+from analysis.kernel.storage import FileStore, S3Store, join_uri, open_store
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.request.tokenizer import load_tokenizer
 from locustfiles.run.options import from_parsed
 from locustfiles.traffic.prompts import PromptBuilder

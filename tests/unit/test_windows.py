@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.windows import Window, plan_steps
+from analysis.derive.windows import Window, plan_steps
 
 S = 1_000_000_000
 

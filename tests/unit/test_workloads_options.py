@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.errors import UsageError
+from analysis.kernel.errors import UsageError
 from locustfiles.run.options import OPTIONS, from_parsed
-from locustfiles.traffic.workloads import parse_workload
+from locustfiles.traffic.workloads import WorkloadKind, parse_workload, workload_kind
 from tests.support.options import parsed_options as defaults
 
 
@@ -50,6 +50,18 @@ def test_dataset_workload(tmp_path: Path) -> None:
     path.write_text('{"prompt": 3}\n')
     with pytest.raises(UsageError, match=r"p.jsonl:1: each line needs"):
         parse_workload(f"dataset:{path}")
+
+
+def test_a_workload_carries_its_kind(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hello", "max_tokens": 5}\n')
+    dataset = parse_workload(f" dataset:{path}")
+    lengths = parse_workload("0.5*D(8,4)+0.5*U(1,9)/(2,3)")
+    assert (dataset.kind, lengths.kind) == (WorkloadKind.DATASET, WorkloadKind.LENGTHS)
+    assert dataset.trace is None and lengths.trace is None
+    assert workload_kind("conversations:/nope.jsonl") is WorkloadKind.CONVERSATIONS  # no load
+    assert workload_kind("trace:x") is WorkloadKind.TRACE
+    assert workload_kind("D(8,4)") is workload_kind("datasets:x") is WorkloadKind.LENGTHS
 
 
 @pytest.mark.parametrize(

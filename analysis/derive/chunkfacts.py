@@ -1,0 +1,436 @@
+"""What the report needs of the chunk table, from memory or out of core: one interface.
+
+    facts = MemoryChunkFacts(metrics, requests, chunks)   # the chunks loaded (numpy)
+    facts = EngineChunkFacts(engine, requests, by_folder(run.chunk_paths), run.chunk_filesystem)
+    facts.per_request                   # itl_mean_s, icl_mean_s, chunk_count, chunk_tokens
+    facts.groups([GroupSpec(latency, window, eligible), ...], sent)
+
+The per-step statistics ask, per group (the cold group, each step): the ITL and ICL
+distributions of its successful requests (DistributionSummary and the quantile curve) and
+the output tokens of its eligible requests that arrived inside its window. Both paths define
+them the same way (analysis/derive/metrics.py, analysis/derive/stats.py): per-token ITL samples weighted
+by tokens, nearest-rank percentiles, a chunk's time = its request's aligned send + offset.
+
+The engine path (analysis/read/engine.py) reads each chunk part where it lies, one worker's parts
+at a time (a chunk joins only its own worker's requests; a worker with more rows than the
+engine's memory holds is taken in slices of whole requests), in four scans: a hash
+aggregation per request (counts, tokens, first and last offsets); a window over each
+request's chunks in `seq` order that bins the ITL and ICL samples of each group in 1 µs bins
+(weight, weighted sum, max) and finds the requests that fail a timeline check; the same
+window again, keeping only the samples in the bins that hold a wanted rank (each percentile
+and curve point: exact nearest rank, only those bins' values sorted); and the tokens inside
+each group's window. Nothing as long as the chunk table is ever held or written: memory is
+bounded by DuckDB's limit plus the request rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from analysis.derive.metrics import NS_PER_S, RequestMetrics, chunk_request_index
+from analysis.derive.stats import DistributionSummary, SortedSamples
+from analysis.derive.windows import Window
+from analysis.kernel.errors import EventDataError, InvalidTimelineError
+from analysis.kernel.percentiles import PERCENTILES
+
+CURVE_QUANTILES: Final = np.linspace(0.0, 1.0, 201)
+"""Quantiles of each latency curve (report.html's CDFs)."""
+
+CHUNK_COLUMNS: Final = ("itl_mean_s", "icl_mean_s", "chunk_count", "chunk_tokens")
+"""The per-request metrics that come from the chunks (analysis/derive/metrics.py)."""
+
+_RANK_TOLERANCE: Final = 1e-9  # as analysis/derive/stats.py
+_BIN_S: Final = 1e-6  # histogram bins that locate a percentile's rank (1 µs)
+WINDOW_ROW_BYTES: Final = 128
+"""Engine memory per chunk row one window over requests' chunks may take: a worker's parts
+with more rows than the engine's memory over this are taken in slices."""
+# the timeline checks of analysis/derive/metrics.py, in the order it makes them
+_CHECKS: Final = (
+    "a chunk offset_ns is negative",
+    "a chunk has a negative token count",
+    "two chunks share one seq number",
+    "tokens out of order (chunk offsets decrease)",
+    "a chunk arrives after the end of the response",
+)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One summary row's question: `latency` (its successful requests: ITL/ICL), `window`
+    and `eligible` (the requests whose tokens inside the window count)."""
+
+    latency: np.ndarray
+    window: Window | None
+    eligible: np.ndarray
+
+
+@dataclass(frozen=True)
+class Latency:
+    summary: DistributionSummary
+    curve: np.ndarray  # at CURVE_QUANTILES
+
+
+@dataclass(frozen=True)
+class GroupChunks:
+    itl: Latency
+    icl: Latency
+    tokens_in_window: float  # NaN without a window
+
+
+class ChunkFacts(Protocol):
+    @property
+    def per_request(self) -> pd.DataFrame: ...  # CHUNK_COLUMNS, one row per request row
+
+    @property
+    def orphan_chunks(self) -> int: ...  # chunk rows whose request row is absent
+
+    def groups(self, specs: list[GroupSpec], sent: np.ndarray) -> list[GroupChunks]: ...
+
+
+def _latency(ordered: SortedSamples) -> Latency:
+    return Latency(DistributionSummary.of_sorted(ordered), ordered.quantiles(CURVE_QUANTILES))
+
+
+class MemoryChunkFacts:
+    """The chunks in memory: analysis/derive/metrics.py's samples, numpy."""
+
+    def __init__(
+        self, metrics: RequestMetrics, requests: pd.DataFrame, chunks: pd.DataFrame
+    ) -> None:
+        if metrics.itl is None or metrics.icl is None:
+            raise ValueError("MemoryChunkFacts needs the samples of compute_request_metrics")
+        self.itl, self.icl = metrics.itl, metrics.icl
+        self.per_request = metrics.per_request[list(CHUNK_COLUMNS)]
+        self.orphan_chunks = metrics.orphan_chunks
+        chunk_request = chunk_request_index(requests["request_id"], chunks["request_id"])
+        known = chunk_request >= 0
+        self.chunk_request = chunk_request[known]
+        self.offsets = chunks["offset_ns"].to_numpy(np.int64)[known]
+        self.tokens = chunks["tokens"].to_numpy(np.int64)[known]
+
+    def groups(self, specs: list[GroupSpec], sent: np.ndarray) -> list[GroupChunks]:
+        chunk_at = sent[self.chunk_request] + self.offsets
+        out = []
+        for spec in specs:
+            itl = self.itl.select(spec.latency)
+            icl = self.icl.select(spec.latency)
+            tokens = float("nan")
+            if spec.window is not None:
+                inside = spec.window.contains(chunk_at) & spec.eligible[self.chunk_request]
+                tokens = float(self.tokens[inside].sum())
+            out.append(GroupChunks(_latency(SortedSamples.of(itl.value_s, itl.weight)),
+                                   _latency(SortedSamples.of(icl.value_s, icl.weight)),
+                                   tokens))  # fmt: skip
+        return out
+
+
+# -- out of core -----------------------------------------------------------------------------
+
+_AGGREGATE_SQL: Final = """
+SELECT request_id, count(*) AS n, sum(tokens) AS tokens,
+       min(offset_ns) AS first_ns, max(offset_ns) AS last_ns,
+       min(offset_ns) FILTER (WHERE tokens > 0) AS first_token_ns,
+       max(offset_ns) FILTER (WHERE tokens > 0) AS last_token_ns,
+       sum(tokens) FILTER (WHERE tokens > 0) AS token_chunk_tokens
+FROM llmload_chunks GROUP BY request_id
+"""
+"""Per request id: its chunks' count, tokens, first and last offsets (matched to the request
+rows afterwards: an id with no row is orphan chunks)."""
+
+_SAMPLES_CTE: Final = """
+WITH w AS (
+    SELECT r.g, r.r, r.end_s, c.seq, c.offset_ns, c.tokens,
+           lag(c.seq) OVER p AS prev_seq,
+           lag(c.offset_ns) OVER p AS prev_off,
+           last_value(CASE WHEN c.tokens > 0 THEN c.offset_ns END IGNORE NULLS)
+               OVER (p ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_tok
+    FROM llmload_chunks c JOIN llmload_req r ON c.request_id = r.rid
+    WINDOW p AS (PARTITION BY r.r ORDER BY c.seq)
+), e AS (
+    SELECT g, unnest(list_filter([
+        {k: 0, v: (offset_ns / 1e9 - prev_off / 1e9)::DOUBLE,
+         w: (CASE WHEN g >= 0 AND prev_off IS NOT NULL THEN 1 ELSE 0 END)::BIGINT},
+        {k: 1, v: (CASE WHEN prev_tok IS NULL THEN 0.0
+                        ELSE (offset_ns / 1e9 - prev_tok / 1e9) / tokens END)::DOUBLE,
+         w: (CASE WHEN g < 0 OR tokens <= 0 THEN 0 WHEN prev_tok IS NULL THEN tokens - 1
+                  ELSE tokens END)::BIGINT},
+        {k: 2, v: r::DOUBLE, w: (offset_ns < 0)::BIGINT},
+        {k: 3, v: r::DOUBLE, w: (tokens < 0)::BIGINT},
+        {k: 4, v: r::DOUBLE, w: coalesce(seq = prev_seq, false)::BIGINT},
+        {k: 5, v: r::DOUBLE, w: coalesce(offset_ns / 1e9 < prev_off / 1e9, false)::BIGINT},
+        {k: 6, v: r::DOUBLE, w: coalesce(offset_ns / 1e9 > end_s, false)::BIGINT}
+    ], lambda x: x.w > 0)) AS s
+    FROM w
+), x AS (
+    SELECT g, s.k AS k, s.v AS v, s.w AS w,
+           CASE WHEN s.k < 2 THEN floor(s.v / %(bin)s)::BIGINT ELSE s.v::BIGINT END AS b
+    FROM e
+)
+"""
+"""Every chunk's samples, from a window over its request's chunks in seq order. Kinds 0 (ICL)
+and 1 (ITL): samples of each group's successful requests, `b` their 1 µs bin; kinds 2..6:
+the row (`b`) of a request whose chunks fail one of _CHECKS."""
+
+_HIST_SQL: Final = (
+    "INSERT INTO llmload_hist " + _SAMPLES_CTE
+    + "SELECT g, k, b, sum(w), sum(v * w), max(v) FROM x GROUP BY ALL"
+)  # fmt: skip
+"""First pass, one batch: each group's samples by bin (weight, weighted sum, max), and the
+requests that fail a check. A bin may have a row per batch: every reader sums."""
+
+_VALUES_SQL: Final = (
+    "INSERT INTO llmload_values " + _SAMPLES_CTE
+    + "SELECT x.g, x.k, x.b, x.v, sum(x.w) FROM x SEMI JOIN llmload_bins n "
+    "ON x.g = n.g AND x.k = n.k AND x.b = n.b WHERE x.k < 2 GROUP BY ALL"
+)  # fmt: skip
+"""Second pass, one batch: the values (and weights) in the bins that hold a wanted rank."""
+
+
+def _window_tokens_sql(windows: list[tuple[int, Window]]) -> str:
+    """The tokens of each window's eligible requests' chunks that arrived inside it."""
+    sums = ", ".join(
+        f"sum(c.tokens) FILTER (WHERE r.e = {code} AND r.sent + c.offset_ns "
+        f"BETWEEN {w.start_ns} AND {w.end_ns}) AS win_{i}"
+        for i, (code, w) in enumerate(windows)
+    )
+    return f"SELECT {sums} FROM llmload_chunks c JOIN llmload_req r ON c.request_id = r.rid"
+
+
+_CREATE_TABLES: Final = (
+    "CREATE OR REPLACE TEMP TABLE llmload_hist "
+    "(g INTEGER, k INTEGER, b BIGINT, w HUGEINT, vw DOUBLE, vmax DOUBLE)",
+    "CREATE OR REPLACE TEMP TABLE llmload_values (g INTEGER, k INTEGER, b BIGINT, v DOUBLE, "
+    "w HUGEINT)",
+)
+
+
+def by_folder(paths: list[str]) -> list[list[str]]:
+    """Part paths in batches, one per folder: a worker's parts of a table (`<table>/worker=<id>/`),
+    whose chunks join only that worker's requests."""
+    batches: dict[str, list[str]] = {}
+    for path in paths:
+        batches.setdefault(path.rsplit("/", 1)[0], []).append(path)
+    return [sorted(batch) for _, batch in sorted(batches.items())]
+
+
+class EngineChunkFacts:
+    """The chunks left in their parts, read by the engine (analysis/read/engine.py), one batch of
+    parts (a worker's) at a time: each scan holds one worker's chunks at most."""
+
+    def __init__(
+        self, engine: Any, requests: pd.DataFrame, batches: list[list[str]], filesystem: Any
+    ) -> None:
+        self.engine = engine
+        self.requests = requests
+        self.batches = batches
+        self.filesystem = filesystem
+        ids = requests["request_id"].astype(str).to_numpy()
+        index = pd.Index(ids)
+        if not index.is_unique:  # as analysis/derive/metrics.py
+            dup = index[index.duplicated()].unique()
+            raise EventDataError(
+                f"request id {dup[0]} appears in more than one request row "
+                f"({len(dup)} duplicated ids); each request must be recorded once"
+            )
+        self.ids = ids
+        self.end_s = pd.to_numeric(requests["end_ns"], errors="coerce").to_numpy(np.float64)
+        self.end_s = self.end_s / NS_PER_S
+        self._per_request: pd.DataFrame | None = None
+        self._orphans = 0
+
+    @property
+    def per_request(self) -> pd.DataFrame:
+        if self._per_request is None:
+            self._aggregate()
+        assert self._per_request is not None
+        return self._per_request
+
+    @property
+    def orphan_chunks(self) -> int:
+        self.per_request  # noqa: B018 (counted by the aggregation)
+        return self._orphans
+
+    def _each_batch(self, sliced: bool = False) -> Any:
+        """Yields once per batch, with the view `llmload_chunks` over that batch's parts.
+        `sliced`: a batch of more rows than the engine's memory holds (WINDOW_ROW_BYTES a row)
+        is taken in slices of whole requests
+        (by a hash of the request id), each a scan of the batch's parts: a window over
+        chunks holds one slice at a time."""
+        for paths in self.batches or [[]]:
+            self.engine.register_parts("chunks", [(paths, self.filesystem)] if paths else [],
+                                       view="llmload_batch")  # fmt: skip
+            rows = self.engine.sql("SELECT count(*) AS n FROM llmload_batch").to_pylist()[0]["n"]
+            most = max(1_000, self.engine.memory_bytes // WINDOW_ROW_BYTES)
+            slices = max(1, -(-int(rows) // most)) if sliced else 1
+            for i in range(slices):
+                where = f" WHERE hash(request_id) % {slices} = {i}" if slices > 1 else ""
+                self.engine.con.execute(
+                    f"CREATE OR REPLACE VIEW llmload_chunks AS SELECT * FROM llmload_batch{where}"
+                )
+                yield
+
+    def _register(self, group: np.ndarray, sent: np.ndarray, elig: np.ndarray) -> None:
+        table = pa.table({
+            "rid": pa.array(self.ids, pa.string()),
+            "r": pa.array(np.arange(len(self.ids), dtype=np.int64)),
+            "g": pa.array(group.astype(np.int32)),
+            "e": pa.array(elig.astype(np.int32)),
+            "sent": pa.array(sent.astype(np.int64)),
+            "end_s": pa.array(self.end_s, mask=np.isnan(self.end_s)),
+        })  # fmt: skip
+        self.engine.con.register("llmload_req", table)
+
+    def _aggregate(self) -> None:
+        n = len(self.ids)
+        frames = [self.engine.sql(_AGGREGATE_SQL).to_pandas() for _ in self._each_batch()]
+        frame = pd.concat(frames, ignore_index=True)
+        if frame["request_id"].duplicated().any():  # one id in two batches: merge its rows
+            frame = frame.groupby("request_id", as_index=False).agg(
+                {"n": "sum", "tokens": "sum", "first_ns": "min", "last_ns": "max",
+                 "first_token_ns": "min", "last_token_ns": "max", "token_chunk_tokens": "sum"}
+            )  # fmt: skip
+        rows = pd.Index(self.ids).get_indexer(frame["request_id"].astype(str))
+        orphans = rows < 0
+        self._orphans = int(frame.loc[orphans, "n"].sum())
+        frame, rows = frame[~orphans], rows[~orphans]
+
+        def column(name: str, fill: float) -> np.ndarray:
+            out = np.full(n, fill, dtype=np.float64)
+            out[rows] = pd.to_numeric(frame[name], errors="coerce").to_numpy(np.float64)
+            return out
+
+        count = column("n", 0)
+        first, last = column("first_ns", np.nan) / NS_PER_S, column("last_ns", np.nan) / NS_PER_S
+        tfirst = column("first_token_ns", np.nan) / NS_PER_S
+        tlast = column("last_token_ns", np.nan) / NS_PER_S
+        ttok = column("token_chunk_tokens", 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            itl = np.where(ttok > 1, (tlast - tfirst) / (ttok - 1), np.nan)
+            icl = np.where(count > 1, (last - first) / (count - 1), np.nan)
+        self._per_request = pd.DataFrame(
+            {"itl_mean_s": itl, "icl_mean_s": icl, "chunk_count": count.astype(np.int64),
+             "chunk_tokens": column("tokens", 0)},
+            index=self.requests.index,
+        )  # fmt: skip
+
+    def groups(self, specs: list[GroupSpec], sent: np.ndarray) -> list[GroupChunks]:
+        n = len(self.ids)
+        group = np.full(n, -1, dtype=np.int64)
+        for i, spec in enumerate(specs):
+            if (group[spec.latency] >= 0).any():
+                raise ValueError("a request in two summary groups")  # the steps never overlap
+            group[spec.latency] = i
+        masks: list[np.ndarray] = []  # distinct eligibility masks, coded by position
+        elig = np.full(n, -1, dtype=np.int64)
+        windows: list[tuple[int, Window]] = []
+        window_of: list[int | None] = []
+        for spec in specs:
+            if spec.window is None:
+                window_of.append(None)
+                continue
+            code = next((c for c, m in enumerate(masks) if np.array_equal(m, spec.eligible)),
+                        None)  # fmt: skip
+            if code is None:
+                if (elig[spec.eligible] >= 0).any():
+                    raise ValueError("overlapping eligibility masks")
+                code = len(masks)
+                masks.append(spec.eligible)
+                elig[spec.eligible] = code
+            window_of.append(len(windows))
+            windows.append((code, spec.window))
+        self._register(group, sent, elig)
+        for statement in _CREATE_TABLES:
+            self.engine.con.execute(statement)
+        self._histogram_and_checks()
+        summaries = self._summaries(len(specs))
+        sums = np.zeros(len(windows))
+        if windows:
+            for _ in self._each_batch():
+                row = self.engine.sql(_window_tokens_sql(windows)).to_pylist()[0]
+                sums += [float(row[f"win_{i}"] or 0) for i in range(len(windows))]
+        out = []
+        for i, w in enumerate(window_of):
+            tokens = float("nan") if w is None else float(sums[w])
+            out.append(GroupChunks(summaries[(i, 1)], summaries[(i, 0)], tokens))
+        for table in ("llmload_hist", "llmload_values"):
+            self.engine.con.execute(f"DROP TABLE IF EXISTS {table}")
+        return out
+
+    def _histogram_and_checks(self) -> None:
+        for _ in self._each_batch(sliced=True):
+            self.engine.con.execute(_HIST_SQL % {"bin": _BIN_S})
+        bad = self.engine.sql(
+            "SELECT k, list(DISTINCT b ORDER BY b) AS rows FROM llmload_hist WHERE k >= 2 "
+            "GROUP BY k"
+        ).to_pylist()
+        found = {int(b["k"]): b["rows"] for b in bad}
+        for k, reason in enumerate(_CHECKS, start=2):
+            if k in found:
+                rows = np.asarray(found[k], dtype=np.int64)
+                raise InvalidTimelineError(reason, [str(i) for i in self.ids[rows]])
+
+    def _summaries(self, groups: int) -> dict[tuple[int, int], Latency]:
+        """(group, kind) -> Latency; kind 0 ICL, 1 ITL: exact weighted nearest rank."""
+        hist = self.engine.sql(
+            "SELECT g, k, b, sum(w)::DOUBLE AS w, sum(vw) AS vw, max(vmax) AS vmax "
+            "FROM llmload_hist WHERE k < 2 GROUP BY ALL ORDER BY g, k, b"
+        ).to_pandas()
+        totals = hist.groupby(["g", "k"], as_index=False, sort=True).agg(
+            total=("w", "sum"), vw=("vw", "sum"), vmax=("vmax", "max")
+        )
+        qs = np.concatenate([list(PERCENTILES.values()), CURVE_QUANTILES])
+        wanted: list[tuple[int, int, int, float, float, int]] = []  # g, k, bin, base, target, q
+        stats: dict[tuple[int, int], tuple[float, float, float]] = {}
+        for row in totals.itertuples(index=False):
+            key = (int(row.g), int(row.k))
+            total = float(row.total)
+            stats[key] = (total, float(row.vw) / total, float(row.vmax))
+            h = hist[(hist["g"] == key[0]) & (hist["k"] == key[1])]
+            cum = np.cumsum(h["w"].to_numpy(np.float64))
+            bins = h["b"].to_numpy(np.int64)
+            targets = qs * total - _RANK_TOLERANCE * total
+            at = np.clip(np.searchsorted(cum, targets, side="left"), 0, len(cum) - 1)
+            for qi, (target, j) in enumerate(zip(targets, at, strict=True)):
+                base = float(cum[j - 1]) if j > 0 else 0.0
+                wanted.append((key[0], key[1], int(bins[j]), base, float(target), qi))
+        values: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        if wanted:
+            need = pa.table({"g": [w[0] for w in wanted], "k": [w[1] for w in wanted],
+                             "b": [w[2] for w in wanted]})  # fmt: skip
+            self.engine.con.register("llmload_bins_wanted", need)
+            self.engine.con.execute("CREATE OR REPLACE TEMP TABLE llmload_bins AS "
+                                    "SELECT DISTINCT g, k, b FROM llmload_bins_wanted")  # fmt: skip
+            for _ in self._each_batch(sliced=True):  # the second pass: those bins' values
+                self.engine.con.execute(_VALUES_SQL % {"bin": _BIN_S})
+            found = self.engine.sql(
+                "SELECT g, k, b, v, sum(w)::DOUBLE AS w FROM llmload_values "
+                "GROUP BY ALL ORDER BY g, k, b, v"
+            ).to_pandas()
+            for key, part in found.groupby(["g", "k", "b"], sort=False):
+                g, k, b = (int(x) for x in key)
+                values[(g, k, b)] = (part["v"].to_numpy(np.float64),
+                                     np.cumsum(part["w"].to_numpy(np.float64)))  # fmt: skip
+        picked: dict[tuple[int, int], np.ndarray] = {}
+        for g, k, b, base, target, qi in wanted:
+            v, cum = values[(g, k, b)]
+            j = min(int(np.searchsorted(base + cum, target, side="left")), len(v) - 1)
+            picked.setdefault((g, k), np.full(len(qs), np.nan))[qi] = v[j]
+        out: dict[tuple[int, int], Latency] = {}
+        named = len(PERCENTILES)
+        for g in range(groups):
+            for k in (0, 1):
+                if (g, k) not in stats:
+                    out[(g, k)] = _latency(SortedSamples.of(np.array([])))
+                    continue
+                total, mean, vmax = stats[(g, k)]
+                q = picked[(g, k)]
+                p50, p90, p95, p99, p999 = (float(x) for x in q[:named])
+                summary = DistributionSummary(count=int(round(total)), mean=mean, p50=p50,
+                                              p90=p90, p95=p95, p99=p99, p999=p999, max=vmax)  # fmt: skip
+                out[(g, k)] = Latency(summary, q[named:])
+        return out
