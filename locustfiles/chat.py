@@ -26,8 +26,8 @@ from locustfiles.master.preflight import form_namespace, preflight, run_id_taken
 from locustfiles.master.shape import StepShape
 from locustfiles.master.side import MasterSide
 from locustfiles.master.signals import SignalStop
+from locustfiles.options import options as chat_options
 from locustfiles.request.client import new_pool
-from locustfiles.run import options as chat_options
 from locustfiles.run.protocol import (
     MSG_CLOCK,
     MSG_CLOCK_OFFSET,

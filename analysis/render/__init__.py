@@ -1,3 +1,4 @@
-"""Drawing a report: shared presentation (`present`), Markdown (`report_md`), HTML
-(`report_html`), plots (`plots`), and the files of one report (`build`).
+"""Drawing a report: shared presentation (`present`), the sections declared once
+(`sections`), Markdown (`report_md`), HTML (`report_html`), plots (`plots`), and the files of
+one report (`build`).
 """

@@ -35,12 +35,12 @@ def render_markdown(report: Report) -> str:
     facts = [*run_facts(report), *stopped_facts(report.manifest)]  # --stop-when cut it short
     out += [md_table(["", ""], [[k, v] for k, v in facts]), ""]
     for section in SECTIONS:
-        drawn = section.draw(report)
-        if drawn is None or not drawn.in_markdown:
+        drawn = None if section.html_only else section.draw(report)
+        if drawn is None:
             continue
         out += [f"## {section.title}", ""]
         out += [drawn.note, ""] if drawn.note else []
-        out += [*(f"- {line}" for line in drawn.lines), ""] if drawn.lines else []
+        out += [*(f"- {line}" for line in drawn.lines), ""] if drawn.lines is not None else []
         for table in drawn.tables:
             out += [f"### {table.title}", ""] if table.title else []
             out += [md_table(table.headers, table.rows), ""]

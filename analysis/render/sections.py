@@ -51,14 +51,10 @@ class Drawn:
     """What one section shows for one report, in this order: note, lines, tables, plots."""
 
     note: str = ""
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] | None = None  # a list section's lines (even none: the list is there)
     lines_css: str = ""  # the HTML list's class
     tables: list[Table] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)  # HTML only
-
-    @property
-    def in_markdown(self) -> bool:
-        return bool(self.note or self.lines or self.tables)
 
 
 @dataclass(frozen=True)
@@ -66,6 +62,7 @@ class Section:
     anchor: str  # the HTML heading's id
     title: str
     draw: Callable[[Report], Drawn | None]  # None: nothing to show for this report
+    html_only: bool = False  # plots: report.md never draws it (so never pays for it)
 
 
 STEPS_NOTE: Final = (
@@ -134,7 +131,7 @@ SECTIONS: Final = (
     Section("request-path", "Request path", _one_table(PATH_NOTE, path_table, "path")),
     Section("prefix-cache", "Prefix cache", _one_table(CACHE_NOTE, cache_table, "cache")),
     Section("sessions", "Sessions", _sessions),
-    Section("plots", "Plots", _plots),
+    Section("plots", "Plots", _plots, html_only=True),
     Section("errors", "Errors by kind", _errors),
     Section("completeness", "Completeness", _completeness),
     Section("warnings", "Warnings", _warnings),

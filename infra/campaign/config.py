@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
 from analysis.kernel.errors import UsageError
-from locustfiles.run.kinds import Checked, Count, Kind, Seconds, Switch
-from locustfiles.run.parsers import base_url_problem, has_step_objectives, local_folder
-from locustfiles.run.rules import check_together
-from locustfiles.run.table import OPTION, TABLE
-from locustfiles.run.voice import FileVoice, shown
+from locustfiles.options.kinds import Checked, Count, Kind, Seconds, Switch
+from locustfiles.options.parsers import base_url_problem, has_step_objectives, local_folder
+from locustfiles.options.rules import check_together
+from locustfiles.options.table import OPTION, TABLE
+from locustfiles.options.voice import FileVoice, shown
 
 EXTERNAL: Final = "external"
 AUTO: Final = "auto"

@@ -18,7 +18,7 @@ from analysis.kernel.errors import UsageError
 _PARSE = """
 import json, sys
 from locust.argument_parser import get_parser
-from locustfiles.run.table import add_arguments
+from locustfiles.options.table import add_arguments
 parser = get_parser(default_config_files=[])
 add_arguments(parser)
 ns, unknown = parser.parse_known_args(json.loads(sys.argv[1]))

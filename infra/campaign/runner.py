@@ -48,8 +48,8 @@ from infra.campaign.report import (
 )
 from infra.campaign.stop import StopSignals
 from infra.ports import free_port
+from locustfiles.options.table import OPTION, command_line
 from locustfiles.run.manifest import run_taken
-from locustfiles.run.table import OPTION, command_line
 
 LOCUSTFILE = Path(locustfiles.__file__).parent / "chat.py"
 MASTER_GRACE_S = 30.0

@@ -70,7 +70,7 @@ def _http_url(url: str) -> None:
 
 def _base_url(url: str, endpoint: str) -> str:
     """The server's base URL: refused with a path or a query, as `locust --host` is."""
-    from locustfiles.run.parsers import base_url_problem
+    from locustfiles.options.parsers import base_url_problem
 
     _http_url(url)
     adds = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"

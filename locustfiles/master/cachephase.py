@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from locustfiles.options.options import ChatOptions
 from locustfiles.request.client import new_pool
 from locustfiles.request.tokenizer import load_tokenizer
 from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord
-from locustfiles.run.options import ChatOptions
 from locustfiles.run.probe import send_probe
 from locustfiles.traffic.prompts import PromptBuilder
 

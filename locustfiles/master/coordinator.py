@@ -36,6 +36,7 @@ from locustfiles.master.search import plan_for
 from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsScraper
 from locustfiles.master.staircase import Staircase
 from locustfiles.master.target import probe_target
+from locustfiles.options.options import ChatOptions
 from locustfiles.run.manifest import (
     ProbeRecord,
     RunManifest,
@@ -43,7 +44,6 @@ from locustfiles.run.manifest import (
     WorkerInfo,
     write_manifest,
 )
-from locustfiles.run.options import ChatOptions
 from locustfiles.run.probe import PROBE_TIMEOUT_S
 from locustfiles.run.protocol import MSG_FINISH, MSG_STEP
 from locustfiles.sink.checks import store_reason

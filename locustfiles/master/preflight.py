@@ -15,7 +15,7 @@ What `preflight()` checks, in order: the tokenizer can build exact prompts and t
 spool folder is writable (in a process that sends requests); `--report-dir` takes files
 (the master writes the report there); no run of this id is in the
 events store (a run id names one run); `--host` is a base URL
-without a path or query (run/parsers.py); the target
+without a path or query (options/parsers.py); the target
 answers (any HTTP response; `--wait-ready SECONDS` waits for one that is still starting);
 a `--model` the server's `/v1/models` does not list is one it accepts (`check_model`);
 a request of the run's shape is not refused (`check_first_request`: a 401, a 404, a 400 on
@@ -34,13 +34,13 @@ from typing import Any
 
 from analysis.kernel.errors import LlmloadError, UsageError
 from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
+from locustfiles.options.options import ChatOptions
+from locustfiles.options.parsers import check_host
 from locustfiles.request.client import Limits, new_pool
 from locustfiles.request.errors import refused_status, root_cause
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord, RunManifest, run_taken, write_manifest
-from locustfiles.run.options import ChatOptions
-from locustfiles.run.parsers import check_host
 from locustfiles.run.probe import (
     PROBE_TIMEOUT_S,
     SentProbe,

@@ -23,8 +23,8 @@ from analysis.kernel.errors import UsageError
 from locustfiles.live.board import Board
 from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.master.otlp import OtlpReceiver, split_listen
+from locustfiles.options.options import from_parsed
 from locustfiles.run.manifest import ProbeRecord
-from locustfiles.run.options import from_parsed
 
 log = logging.getLogger("llmload.master")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.kernel.errors import UsageError
-from locustfiles.run.voice import Voice
+from locustfiles.options.voice import Voice
 
 
 class Kind:

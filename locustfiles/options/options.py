@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from analysis.kernel.errors import UsageError
-from locustfiles.run.rules import check_together
-from locustfiles.run.table import OPTION, OPTIONS, TABLE, add_arguments
-from locustfiles.run.tracerun import apply_trace
+from locustfiles.options.rules import check_together
+from locustfiles.options.table import OPTION, OPTIONS, TABLE, add_arguments
+from locustfiles.options.tracerun import apply_trace
 from locustfiles.traffic.models import ModelMix, parse_model_mix
 from locustfiles.traffic.spread import Spread
 from locustfiles.traffic.workloads import Workload, WorkloadKind
@@ -85,7 +85,7 @@ class ChatOptions:
     followup_workload: Workload | None
     tool_rate: float
     tool_latency: Spread
-    trace_format: str  # auto | mooncake | azure | burstgpt (run/tracerun.py)
+    trace_format: str  # auto | mooncake | azure | burstgpt (options/tracerun.py)
     trace_speedup: float
     trace_start: float
     trace_duration: float
@@ -159,7 +159,7 @@ def from_parsed(ns: Any) -> ChatOptions:
     def given(name: str) -> bool:
         return bool(values[name] != OPTION[name].default_setting)
 
-    apply_trace(values, given)  # a trace workload sets the rate step (run/tracerun.py)
+    apply_trace(values, given)  # a trace workload sets the rate step (options/tracerun.py)
     check_together(values, given, lambda name: OPTION[name].cli())
     values.update(
         stream=not values.pop("no_stream"),

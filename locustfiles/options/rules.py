@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from locustfiles.run.parsers import has_step_objectives
-from locustfiles.run.table import TABLE
-from locustfiles.run.voice import Voice
+from locustfiles.options.parsers import has_step_objectives
+from locustfiles.options.table import TABLE
+from locustfiles.options.voice import Voice
 
 
 def check_together(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any
 
-from locustfiles.run.kinds import (
+from locustfiles.options.kinds import (
     Checked,
     Choice,
     Count,
@@ -29,7 +29,7 @@ from locustfiles.run.kinds import (
     Spec,
     Switch,
 )
-from locustfiles.run.parsers import (
+from locustfiles.options.parsers import (
     check_events_uri,
     check_extra_body,
     check_slo,
@@ -43,8 +43,8 @@ from locustfiles.run.parsers import (
     parse_run_id,
     parse_steps,
 )
-from locustfiles.run.tracerun import parse_speedup
-from locustfiles.run.voice import CliVoice, FileVoice, as_arg
+from locustfiles.options.tracerun import parse_speedup
+from locustfiles.options.voice import CliVoice, FileVoice, as_arg
 from locustfiles.traffic.models import check_model_mix
 from locustfiles.traffic.spread import parse_spread
 from locustfiles.traffic.workloads import parse_workload

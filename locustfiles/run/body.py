@@ -4,7 +4,7 @@ stand for it (the preflight's first request, a worker's start-up probes).
     body = request_body(options, model, prompt, None, 128, stream=True,
                         continuous_usage=False, ignore_eos=True)
 
-`--extra-body` goes on last; it cannot set what llmload owns (run/parsers.py refuses those
+`--extra-body` goes on last; it cannot set what llmload owns (options/parsers.py refuses those
 keys at start), so what it adds never changes the request's shape as llmload reads it.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from locustfiles.run.options import ChatOptions
+from locustfiles.options.options import ChatOptions
 
 
 def request_body(

@@ -13,7 +13,7 @@ from pathlib import Path
 from analysis.kernel.errors import LlmloadError, UsageError
 from analysis.kernel.layout import MANIFEST_NAME, run_key
 from analysis.kernel.storage import open_store
-from locustfiles.run.options import ChatOptions
+from locustfiles.options.options import ChatOptions
 from locustfiles.sink.eventsink import default_spool_dir
 
 

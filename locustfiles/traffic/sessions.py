@@ -94,7 +94,7 @@ class _Exchange:
 class Session:
     """One conversation; `run` sends its turns (see the module docstring)."""
 
-    ctx: Any  # WorkerContext
+    ctx: Any  # the worker's RequestBuilder (worker/building.py): options, samplers, prompts, rng
     rng: random.Random
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     history: list[_Exchange] = field(default_factory=list)

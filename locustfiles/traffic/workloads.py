@@ -128,7 +128,7 @@ class _Conversations:
 @dataclass
 class _Trace:
     """A recorded trace (trace.py): arrival i sends the window's row i. `replay` is the
-    window, loaded once the --trace-* options are known (run/tracerun.py)."""
+    window, loaded once the --trace-* options are known (options/tracerun.py)."""
 
     name: str
     path: Path

@@ -23,9 +23,9 @@ from locust.runners import WorkerRunner
 
 from analysis.kernel.errors import LlmloadError
 from locustfiles.live.groups import Observer
+from locustfiles.options import options as chat_options
 from locustfiles.request import sse
 from locustfiles.request.record import RequestRecord
-from locustfiles.run import options as chat_options
 from locustfiles.run.protocol import (
     MSG_CLOCK_REPLY,
     MSG_FINISHED,

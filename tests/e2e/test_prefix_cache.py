@@ -130,8 +130,8 @@ def test_a_refused_flush_is_recorded_and_warned(tmp_path: Path) -> None:
     404, so point the run at a base URL under a prefix) ... uses the engine as it is."""
     with start_sim(tmp_path, *SIM) as server:
         from locustfiles.master.cachephase import CachePhase
-        from locustfiles.run.options import from_parsed
-        from locustfiles.run.table import TABLE
+        from locustfiles.options.options import from_parsed
+        from locustfiles.options.table import TABLE
 
         ns = type("NS", (), {o.name: o.default for o in TABLE})()
         ns.cache_phase = "flush"

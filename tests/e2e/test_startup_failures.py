@@ -182,7 +182,7 @@ UNEXPECTED_FAILURE = """
 import argparse, logging, sys, types
 logging.basicConfig(level=getattr(logging, sys.argv[2]), stream=sys.stderr)
 import locustfiles.chat
-from locustfiles.run.options import OPTIONS
+from locustfiles.options.options import OPTIONS
 from locustfiles.worker import side
 
 def broken(*args, **kwargs):

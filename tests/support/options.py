@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from locustfiles.run.options import OPTIONS
+from locustfiles.options.options import OPTIONS
 
 
 def parsed_options(**changes: object) -> argparse.Namespace:

@@ -12,7 +12,7 @@ import pytest
 
 import analysis
 import locustfiles
-from locustfiles.run.table import OPTION
+from locustfiles.options.table import OPTION
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
@@ -88,7 +88,7 @@ def problem(span: str) -> str | None:
     if span.startswith("--"):
         flag = span.split()[0].split("=")[0]
         known = flag[2:].replace("-", "_") in OPTION
-        return None if known else f"{flag}: no such option in locustfiles/run/table.py"
+        return None if known else f"{flag}: no such option in locustfiles/options/table.py"
     if span.startswith("from ") and " import " in span:
         module, _, names = span[5:].partition(" import ")
         missing = [n for n in names.split(", ") if not _resolves(f"{module}.{n.strip()}")]

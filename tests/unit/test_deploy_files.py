@@ -81,7 +81,7 @@ def _locust_env_vars() -> frozenset[str]:
     """Every LOCUST_* variable Locust and llmload read (a subprocess: importing locust patches)."""
     code = (
         "from locust import argument_parser as ap\n"
-        "from locustfiles.run import options\n"
+        "from locustfiles.options import options\n"
         "p = ap.get_empty_argument_parser(); ap.setup_parser_arguments(p); options.add_arguments(p)\n"
         "print(' '.join(a.env_var for a in p._actions if getattr(a, 'env_var', None)))\n"
     )

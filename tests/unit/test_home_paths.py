@@ -8,7 +8,7 @@ import pytest
 
 from analysis.kernel.errors import UsageError
 from analysis.kernel.storage import FileStore, expand_home, open_store
-from locustfiles.run.table import OPTION
+from locustfiles.options.table import OPTION
 from locustfiles.traffic.workloads import parse_workload
 
 

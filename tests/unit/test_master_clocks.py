@@ -15,7 +15,7 @@ import pytest
 from locustfiles.master import clocks
 from locustfiles.master.clocks import CLOCK_BURST
 from locustfiles.master.coordinator import RunCoordinator
-from locustfiles.run.options import OPTIONS, from_parsed
+from locustfiles.options.options import OPTIONS, from_parsed
 from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET
 
 MS = 1_000_000

@@ -58,7 +58,7 @@ def test_the_sampler_keeps_the_proportions_and_its_seed() -> None:
 
 
 def test_the_option_takes_a_mix_and_refuses_a_bad_one() -> None:
-    from locustfiles.run.table import OPTION
+    from locustfiles.options.table import OPTION
 
     option = OPTION["model"]
     assert option.kind.value("a:0.7,b:0.3", option.cli()) == "a:0.7,b:0.3"

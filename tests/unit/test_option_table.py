@@ -1,4 +1,4 @@
-"""One option table (locustfiles/run/table.py) serves Locust's parser, campaign files and the
+"""One option table (locustfiles/options/table.py) serves Locust's parser, campaign files and the
 campaign runner: each option is declared once, the three read it alike, and a campaign's
 master command line parses back to the values of its file."""
 
@@ -15,8 +15,8 @@ from analysis.kernel.errors import UsageError
 from infra.campaign import Campaign, Target, parse_campaign
 from infra.campaign.config import CHAT_OPTIONS, OWNED_FLAGS
 from infra.campaign.runner import master_command
-from locustfiles.run.options import ChatOptions, from_parsed
-from locustfiles.run.table import OPTION, TABLE, command_line
+from locustfiles.options.options import ChatOptions, from_parsed
+from locustfiles.options.table import OPTION, TABLE, command_line
 
 MINIMAL: dict[str, Any] = {"target": {"url": "http://127.0.0.1:8000"}, "workload": "D(16,8)"}
 

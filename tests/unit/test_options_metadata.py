@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from analysis.kernel.errors import UsageError
-from locustfiles.run.options import OPTIONS, from_parsed, parse_metadata
+from locustfiles.options.options import OPTIONS, from_parsed, parse_metadata
 
 
 def _namespace(**overrides: object) -> argparse.Namespace:

@@ -27,7 +27,7 @@ from analysis.kernel.schema import SPANS_SCHEMA
 from analysis.kernel.spans import read_spans, trace_id_of
 from analysis.kernel.storage import FileStore, ObjectStore, StorageError, open_store
 from locustfiles.master.otlp import OtlpReceiver, split_listen
-from locustfiles.run.table import OPTION
+from locustfiles.options.table import OPTION
 
 RUN = "r-otlp"
 
@@ -283,7 +283,7 @@ def test_the_coordinator_records_spans_and_the_engine_cold_start(
     from types import SimpleNamespace
 
     from locustfiles.master.coordinator import RunCoordinator
-    from locustfiles.run.options import OPTIONS, from_parsed
+    from locustfiles.options.options import OPTIONS, from_parsed
 
     values = {flag.lstrip("-").replace("-", "_"): kw.get("default") for flag, kw in OPTIONS}
     values.update(events_uri=str(tmp_path / "events"), otlp_listen=receiver.listen)

@@ -12,7 +12,7 @@ import pytest
 from analysis.derive.cachestate import PrefixPlan, cache_columns, cache_warnings
 from analysis.kernel.errors import UsageError
 from infra.simserver.prefix_cache import PrefixCache, block_keys
-from locustfiles.run.options import from_parsed
+from locustfiles.options.options import from_parsed
 from locustfiles.traffic.prompts import PromptBuilder
 from tests.support.options import parsed_options as defaults
 

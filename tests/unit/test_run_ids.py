@@ -17,8 +17,8 @@ from locustfiles.live.board import Board
 from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.master.preflight import check_run_id, run_id_taken, write_first_manifest
 from locustfiles.master.side import MasterSide
+from locustfiles.options.options import OPTIONS, ChatOptions, from_parsed
 from locustfiles.run.manifest import RunManifest, run_taken, write_manifest
-from locustfiles.run.options import OPTIONS, ChatOptions, from_parsed
 
 ANOTHER_RUNS = b'{"run_id": "r1", "note": "another run\'s manifest"}\n'
 

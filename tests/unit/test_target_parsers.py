@@ -8,9 +8,9 @@ import pytest
 from analysis.kernel.errors import UsageError
 from infra.campaign.config import parse_campaign
 from locustfiles.master.preflight import unknown_model
+from locustfiles.options.options import from_parsed
+from locustfiles.options.parsers import BODY_OWNERS, base_url_problem, check_extra_body, check_host
 from locustfiles.request.errors import refused_status
-from locustfiles.run.options import from_parsed
-from locustfiles.run.parsers import BODY_OWNERS, base_url_problem, check_extra_body, check_host
 from locustfiles.run.probe import served_models
 from tests.support.options import parsed_options as _parsed
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from analysis.kernel.errors import UsageError
+from locustfiles.options.options import from_parsed
 from locustfiles.request.tokenizer import load_tokenizer
-from locustfiles.run.options import from_parsed
 from locustfiles.traffic.prompts import PromptBuilder
 from locustfiles.traffic.trace import TraceSettings, detect_format, load_trace, read_trace
 from tests.support.options import parsed_options

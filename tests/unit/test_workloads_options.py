@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis.kernel.errors import UsageError
-from locustfiles.run.options import OPTIONS, from_parsed
+from locustfiles.options.options import OPTIONS, from_parsed
 from locustfiles.traffic.workloads import WorkloadKind, parse_workload, workload_kind
 from tests.support.options import parsed_options as defaults
 
