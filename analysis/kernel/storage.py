@@ -94,9 +94,10 @@ def open_store(uri: str) -> ObjectStore:
             raise UsageError(f"S3 addressing {addressing!r} is unknown; use path, virtual or auto")
         return S3Store(parsed.netloc, parsed.path.strip("/"), addressing or None)
     if parsed.scheme == "file":
-        # file:///abs/path, file://localhost/abs/path; file://./rel is a relative path
+        # file:///abs/path, file://localhost/abs/path; file://./rel is a relative path;
+        # file://~/runs is the home folder's (not a folder named "~")
         host = "" if parsed.netloc in ("", "localhost") else parsed.netloc
-        return FileStore(Path(host + parsed.path) if host else Path(parsed.path))
+        return FileStore(Path(expand_home(host + parsed.path, "events URI")))
     if parsed.scheme and len(parsed.scheme) > 1:  # one letter would be a Windows drive
         raise UsageError(
             f"events URI scheme {parsed.scheme!r} is not supported; "

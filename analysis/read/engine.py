@@ -397,5 +397,12 @@ class Engine:
         return self.con.sql(query).to_arrow_table()
 
     def stream(self, query: str, batch_rows: int = 100_000) -> pa.RecordBatchReader:
-        """The result of one query, batch by batch (for results too large to hold)."""
-        return self.con.sql(query).to_arrow_reader(batch_rows)
+        """The result of one query, batch by batch (for results too large to hold).
+        UsageError for a query that returns no result (empty, or a statement such as SET)."""
+        relation = self.con.sql(query)
+        if relation is None:
+            raise UsageError(
+                f"the query {query.strip()[:60]!r} returns no result; give one query that "
+                "returns rows, e.g. 'SELECT step, count(*) FROM requests GROUP BY step'"
+            )
+        return relation.to_arrow_reader(batch_rows)

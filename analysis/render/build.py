@@ -23,7 +23,14 @@ from analysis.read.engine import (
 from analysis.read.load import load_run
 from analysis.render.report_html import render_html
 from analysis.render.report_md import render_markdown
-from analysis.report.summary import CSV_ROWS, Report, make_out_dir, summarize_run, write_tables
+from analysis.report.summary import (
+    CSV_ROWS,
+    Report,
+    check_out_dir,
+    make_out_dir,
+    summarize_run,
+    write_tables,
+)
 
 
 def build_report(
@@ -52,6 +59,7 @@ def build_report(
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     limits = parse_limits(validity)  # a bad spec fails before anything is read, too
     memory_limit = parse_memory_limit(memory_limit)
+    check_out_dir(out_dir)  # a file in the way fails before the run is read
     run = load_run(run_uri, progress=progress, progress_stream=progress_stream, chunks=in_memory)
     if in_memory:
         report = summarize_run(run, slo, by=by, validity=limits)

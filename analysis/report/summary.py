@@ -301,8 +301,19 @@ def write_tables(report: Report, out_dir: Path, csv_rows: int = CSV_ROWS) -> dic
     return files
 
 
+def check_out_dir(out_dir: str | Path) -> None:
+    """Refuse, before any work, an output directory that is a file already (UsageError)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(
+            f"cannot create the output directory {out} (a file of that name exists); "
+            "give a folder as --out"
+        )
+
+
 def make_out_dir(out_dir: str | Path) -> Path:
     """Create an output directory; UsageError naming `--out` when it cannot be created."""
+    check_out_dir(out_dir)
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -79,7 +79,10 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis.compare.bootstrap import RESAMPLES, SEED
     from analysis.compare.runs import compare_runs, render_comparison_markdown, write_comparison
+    from analysis.report.summary import check_out_dir
 
+    if args.out:
+        check_out_dir(args.out)  # before the comparison prints anything
     result = compare_runs(
         args.run_a,
         args.run_b,

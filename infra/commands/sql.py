@@ -63,6 +63,28 @@ def _writer(out: Path, schema: Any) -> Any:
     return pacsv.CSVWriter(out, schema)
 
 
+def _write_all(out: Path, reader: Any, given: str) -> int:
+    """Every batch of `reader` into `out`; rows written. A file that cannot be written (a
+    folder such as /proc, a full disk) is UsageError, and nothing half-written stays."""
+    from analysis.kernel.errors import UsageError
+
+    existed = out.exists()
+    rows = 0
+    try:
+        with _writer(out, reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+    except OSError as exc:
+        if not existed:
+            out.unlink(missing_ok=True)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(
+            f"--out {given}: cannot write it ({reason}); give a writable file"
+        ) from None
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -93,11 +115,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"the query failed: {first}; the views are {VIEWS} "
                              "(docs/reports.md, 'Query the events')") from None  # fmt: skip
         if out is not None:
-            rows = 0
-            with _writer(out, reader.schema) as writer:
-                for batch in reader:
-                    writer.write_batch(batch)
-                    rows += batch.num_rows
+            rows = _write_all(out, reader, args.out)
             print(f"{rows} row(s) written to {out}", file=sys.stderr)
             return 0
         shown: list[tuple[Any, ...]] = []

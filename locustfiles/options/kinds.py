@@ -209,6 +209,12 @@ class Levels(Kind):
             say.refused(exc, raw, words)
 
 
+def _not_json(name: str) -> Any:
+    """json.loads' hook for NaN, Infinity and -Infinity, which JSON does not have (they were
+    sent as null while the manifest kept NaN)."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 @dataclass(frozen=True)
 class Json(Kind):
     """A JSON object given as text (empty: none); `check` returns the object or refuses it
@@ -222,9 +228,11 @@ class Json(Kind):
         if not text:
             return {}
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_not_json)
         except json.JSONDecodeError as exc:
             say.fail(f"is not valid JSON ({exc.msg}); give a JSON object")
+        except ValueError as exc:  # NaN, Infinity: Python's extension, no JSON server reads it
+            say.fail(f"is not valid JSON ({exc}); give a number such as 0.7")
         if not isinstance(value, dict):
             say.fail(f"must be a JSON object, e.g. '{self.example}'")
         if self.check is not None:

@@ -82,6 +82,11 @@ def _a_run(cwd: Path) -> None:
     _run(cwd)
 
 
+def _a_run_and_a_file(cwd: Path) -> None:
+    _run(cwd)
+    (cwd / "d.jsonl").write_text("{}\n")
+
+
 def _corrupt_parts(cwd: Path) -> None:
     run = _run(cwd)
     for key in run.keys:
@@ -188,6 +193,10 @@ CASES = [
          "--cancel-after-tokens must be an integer >= 1, not 0; e.g. --cancel-after-tokens 1"),
     Case("extra-body-not-json", ("locust", "--extra-body", "{bad"), 2,
          "--extra-body is not valid JSON"),
+    Case("extra-body-nan", ("locust", "--extra-body", '{"temperature": NaN}'), 2,
+         "--extra-body is not valid JSON (NaN is not a JSON value)"),
+    Case("extra-body-infinity", ("locust", "--extra-body", '{"top_p": -Infinity}'), 2,
+         "--extra-body is not valid JSON (-Infinity is not a JSON value)"),
     Case("api-key-env-not-a-name", ("locust", "--api-key-env", "MY-KEY"), 2,
          "--api-key-env 'MY-KEY' must be an environment variable name"),
     Case("run-id-path", ("locust", "--run-id", "../x"), 2,
@@ -309,6 +318,11 @@ CASES = [
          ("the query failed: Binder Error: Referenced column \"stepp\" not found",
           "the views are requests, chunks, samples, stalls, request_metrics, itl_samples"),
          setup=_a_run),
+    Case("sql-empty-query", ("llmload", "sql", "ev/r1", ""), 2,
+         "the query '' returns no result; give one query that returns rows", setup=_a_run),
+    Case("sql-out-unwritable", ("llmload", "sql", "ev/r1", "SELECT 1 AS one", "--out",
+                                "/proc/llmload-x.csv"), 2,
+         "--out /proc/llmload-x.csv: cannot write it (", setup=_a_run),
     Case("report-fail-on-slo-without-objective", ("llmload", "report", "ev/r1", "--fail-on-slo"),
          2, "--fail-on-slo needs step objectives; add e.g. --slo ttft_p99=0.5",
          setup=_a_run),
@@ -337,6 +351,9 @@ CASES = [
          "no llmload run at ev/a"),
     Case("compare-negative-threshold", ("llmload", "compare", "ev/r1", "ev/r1", "--threshold=-1"),
          2, "regression thresholds must be >= 0: --threshold -1.0"),
+    Case("compare-out-is-a-file", ("llmload", "compare", "ev/r1", "ev/r1", "--out", "d.jsonl"),
+         2, "cannot create the output directory d.jsonl (a file of that name exists)",
+         setup=_a_run_and_a_file),
     # -- llmload check, sim, store, upload-spool -------------------------------------------
     Case("check-not-http", ("llmload", "check", "ftp://host"), 2,
          "URL 'ftp://host' is not an http(s) URL"),

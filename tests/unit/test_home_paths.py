@@ -35,6 +35,15 @@ def test_report_and_spool_dirs_are_expanded(home: Path) -> None:
 def test_a_local_events_uri_is_expanded(home: Path) -> None:
     store = open_store("~/runs")
     assert isinstance(store, FileStore) and store.root == home / "runs"
+    # file://~/runs was a folder named "~" in the current directory (issue 36)
+    for uri in ("file://~/runs", "file://~/runs/"):
+        store = open_store(uri)
+        assert isinstance(store, FileStore) and store.root == home / "runs"
+        assert store.uri == (home / "runs").as_uri()  # what a report command is given
+    other = open_store("file:///abs/runs")
+    assert isinstance(other, FileStore) and other.root == Path("/abs/runs")
+    relative = open_store("file://./rel")
+    assert isinstance(relative, FileStore) and relative.root == Path("rel")
 
 
 def test_dataset_path_is_expanded(home: Path) -> None:
