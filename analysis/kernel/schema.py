@@ -48,6 +48,7 @@ ERROR_KINDS: Final = (
     "http_3xx",  # a redirect (llmload does not follow redirects)
     "http_unexpected_status",  # any other status that is not 200 (201, 204, 1xx...)
     "client_error",  # a bug in llmload while handling the request: recorded, never raised
+    "invalid_usage",  # usage that is no token count: negative, > 2**31 - 1, or going down
 )
 
 # Named subsets of ERROR_KINDS: each is written here once and imported where it is used.

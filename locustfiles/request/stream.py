@@ -20,12 +20,27 @@ rules: both ways leave the same record (tests/unit/test_stream.py).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
+from analysis.kernel.schema import REQUESTS_SCHEMA, int_max
 from locustfiles.request.record import RequestRecord
 from locustfiles.request.tokenizer import TokenCounter
 
 _decode = json.JSONDecoder().decode
+
+TOKENS_MAX: Final = int_max(REQUESTS_SCHEMA, "completion_tokens")
+"""The largest token count a row holds; a usage count beyond it (or below 0) is no count."""
+
+
+def _count(name: str, value: int) -> int:
+    """A usage count checked where it enters: out of range, the request is `invalid_usage`
+    (its row kept, with the value in the detail), never a row the sink must refuse."""
+    if 0 <= value <= TOKENS_MAX:
+        return value
+    raise StreamFailure(
+        "invalid_usage", f"usage.{name} {value} is not a token count (0..{TOKENS_MAX})"
+    )
+
 
 try:  # the fast decoder (optional): a third of the standard one's time on a chunk event
     import orjson
@@ -155,13 +170,11 @@ class StreamState:
         usage = obj.get("usage")
         if usage:
             ct = usage.get("completion_tokens")
-            if isinstance(ct, int):
-                usage_delta = ct - self.usage_tokens
-                self.usage_tokens = ct
-                rec.completion_tokens = ct
+            if isinstance(ct, int) and not isinstance(ct, bool):
+                usage_delta = self._completion(ct)
             pt = usage.get("prompt_tokens")
-            if isinstance(pt, int):
-                rec.prompt_tokens = pt
+            if isinstance(pt, int) and not isinstance(pt, bool):
+                rec.prompt_tokens = _count("prompt_tokens", pt)
             _note_cached(rec, usage)
         choices = obj.get("choices")
         if not choices:
@@ -196,13 +209,10 @@ class StreamState:
         usage_delta = None
         usage = chunk.usage
         if usage is not None:
-            ct = usage.completion_tokens
-            if ct is not None:
-                usage_delta = ct - self.usage_tokens
-                self.usage_tokens = ct
-                rec.completion_tokens = ct
+            if usage.completion_tokens is not None:
+                usage_delta = self._completion(usage.completion_tokens)
             if usage.prompt_tokens is not None:
-                rec.prompt_tokens = usage.prompt_tokens
+                rec.prompt_tokens = _count("prompt_tokens", usage.prompt_tokens)
             if usage.prompt_tokens_details is not None:
                 _note_cached_details(rec, usage.prompt_tokens_details)
         choices = chunk.choices
@@ -223,6 +233,19 @@ class StreamState:
             content = choice.text or ""
             reasoning = ""
         self._output(content, reasoning, calls, choice.finish_reason, usage_delta, t)
+
+    def _completion(self, tokens: int) -> int:
+        """usage.completion_tokens (cumulative): the tokens since the last count. A count that
+        goes down would give an event negative tokens: `invalid_usage`."""
+        _count("completion_tokens", tokens)
+        if tokens < self.usage_tokens:
+            raise StreamFailure(
+                "invalid_usage",
+                f"usage.completion_tokens went down from {self.usage_tokens} to {tokens}",
+            )
+        delta = tokens - self.usage_tokens
+        self.usage_tokens = self.record.completion_tokens = tokens
+        return delta
 
     def _output(
         self, content: str, reasoning: str, calls: str, finish: Any, usage_delta: Any, t: int
@@ -305,7 +328,7 @@ def _note_cached(rec: RequestRecord, usage: Any) -> None:
 def _note_cached_details(rec: RequestRecord, details: Any) -> None:
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if isinstance(cached, int) and not isinstance(cached, bool):
-        rec.cached_tokens = cached
+        rec.cached_tokens = _count("prompt_tokens_details.cached_tokens", cached)
 
 
 def _tool_call_deltas(rec: RequestRecord, deltas: Any) -> str:

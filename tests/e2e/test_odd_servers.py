@@ -1,0 +1,148 @@
+"""Servers that answer, but with numbers no server should send (issue 36): every request
+keeps its row, with a kind that says what was wrong, and the report counts them.
+
+A small OpenAI-compatible server on 127.0.0.1 (port 0) streams three tokens per request;
+chosen by each request's id, its `usage` is fine, or 10**15 tokens (the sink refused such
+rows before: the report showed 0 requests), or negative (stored as an ok row with -7
+tokens), or a cumulative count that goes down. A real headless Locust run, then
+`llmload report`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from tests.support.chat import BIN, run_locust
+
+VARIANTS = ("fine", "huge", "negative", "down")
+USAGE = {  # the usage each variant puts on its three content events, then on its last event
+    "fine": ((None, None, None), {"prompt_tokens": 5, "completion_tokens": 3}),
+    "huge": ((None, None, None), {"prompt_tokens": 5, "completion_tokens": 10**15}),
+    "negative": ((None, None, None), {"prompt_tokens": 5, "completion_tokens": -7}),
+    "down": ((1, 2, 3), {"prompt_tokens": 5, "completion_tokens": 2}),
+}
+
+
+class _OddUsage(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    answered: ClassVar[dict[str, str]] = {}  # request id -> variant (streamed requests)
+    lock = threading.Lock()
+
+    def _json(self, status: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        words = len(str(request["messages"][-1]["content"]).split())
+        if not request.get("stream"):  # the probes: a plain, sound answer
+            self._json(200, {"id": "x", "choices": [{"index": 0, "finish_reason": "stop",
+                                                     "message": {"role": "assistant", "content": "a"}}],
+                             "usage": {"prompt_tokens": words, "completion_tokens": 1}})  # fmt: skip
+            return
+        rid = self.headers.get("X-Request-Id", "")
+        probe = rid.startswith("probe-")
+        digest = int(hashlib.sha256(rid.encode()).hexdigest(), 16)
+        variant = "fine" if probe else VARIANTS[digest % len(VARIANTS)]
+        if not probe:
+            with self.lock:
+                self.answered[rid] = variant
+        per_event, last = USAGE[variant]
+        events = []
+        for i, used in enumerate(per_event):
+            doc: dict[str, Any] = {"id": "x", "choices": [{"index": 0, "delta": {"content": f"t{i} "},
+                                                           "finish_reason": None}]}  # fmt: skip
+            if used is not None:
+                doc["usage"] = {"prompt_tokens": 5, "completion_tokens": used}
+            events.append(doc)
+        events.append({"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                       "usage": last})  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            for doc in events:
+                payload = b"data: " + json.dumps(doc).encode() + b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+            done = b"data: [DONE]\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+            self.wfile.flush()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def odd_usage() -> Iterator[str]:
+    _OddUsage.answered.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OddUsage)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_usage_that_is_no_token_count_is_recorded_invalid_and_no_row_is_lost(
+    odd_usage: str, tmp_path: Path
+) -> None:
+    result = run_locust(
+        odd_usage, tmp_path / "events", "--steps", "2", "--step-duration", "2",
+        "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(8,3)",
+        "--exit-code-on-error", "0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.output[-3000:]
+    assert "Traceback" not in result.output and "rejected" not in result.output
+    requests, _chunks, manifest = result.events()
+    assert manifest["status"] == "finished"
+    answered = dict(_OddUsage.answered)
+    rows = requests.set_index("request_id")
+    answered = {rid: v for rid, v in answered.items() if rows.loc[rid, "status"] != "aborted"}
+    assert set(answered) <= set(rows.index)  # every answered request has its row
+    assert {v for v in answered.values()} == set(VARIANTS)  # each shape was served
+    for rid, variant in answered.items():
+        row = rows.loc[rid]
+        if variant == "fine":
+            assert row["status"] == "ok" and row["completion_tokens"] == 3, (rid, row.to_dict())
+            continue
+        assert row["status"] == "error" and row["error_kind"] == "invalid_usage", (rid, variant)
+        expected = {"huge": "1000000000000000", "negative": "-7", "down": "went down from 3 to 2"}
+        assert expected[variant] in row["error_detail"], row["error_detail"]
+        assert not (row["completion_tokens"] or 0) < 0  # no negative count stored
+
+    out = tmp_path / "report"
+    report = subprocess.run(
+        [str(BIN / "llmload"), "report", str(result.run_dir()), "--out", str(out), "--no-html",
+         "--quiet"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stdout + report.stderr
+    steps = [s for s in json.loads((out / "summary.json").read_text())["steps"]
+             if s["group"] == "step"]  # fmt: skip
+    invalid = sum(1 for v in answered.values() if v != "fine")
+    assert sum(s["errors_invalid_usage"] for s in steps) <= invalid
+    assert sum(s["errors_invalid_usage"] for s in steps) > 0
