@@ -91,13 +91,31 @@ def parse_steps(text: str) -> tuple[int, ...]:
     return steps
 
 
+RATE_MIN: Final = 0.001
+"""The lowest --rates value: one request in 1,000 s (below, a step sends nothing, and the
+schedule's first gap overflows the event loop's timers)."""
+
+RATE_MAX: Final = 100_000.0
+"""The highest --rates value: 100 workers at 1,000 requests/s each. Above, the arrivals due
+outnumber what any campaign sends, and each waits as a greenlet in a worker's memory."""
+
+CV_MAX: Final = 10.0
+"""The burstiest --arrival gamma:CV. Gamma gaps of shape 1/CV² arrive in bursts of about CV²
+requests at once: 100 at CV 10; at CV 1e9 a single burst (10**18) filled memory in seconds."""
+
+
 def parse_rates(text: str) -> tuple[float, ...]:
-    """--rates: empty (closed loop) or requests/s, each finite and > 0."""
+    """--rates: empty (closed loop) or requests/s, each in [RATE_MIN, RATE_MAX]."""
     if not str(text).strip():
         return ()
     rates = _numbers("--rates", text, float, "numbers; use e.g. --rates 1,2,4,8 (requests/s)")
     if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
         raise UsageError(f"--rates {text!r} needs rates > 0 requests/s; e.g. --rates 0.5,1,2,4")
+    if any(r < RATE_MIN or r > RATE_MAX for r in rates):
+        raise UsageError(
+            f"--rates {text!r}: each rate must be between {RATE_MIN:g} (one request in 1,000 s) "
+            f"and {RATE_MAX:,.0f} requests/s (100 workers at 1,000/s); e.g. --rates 0.5,1,2,4"
+        )
     return rates
 
 
@@ -111,8 +129,13 @@ def parse_arrival(text: str) -> str:
             cv = float(value.split(":", 1)[1])
         except ValueError:
             cv = math.nan
-        if math.isfinite(cv) and cv > 0:
+        if math.isfinite(cv) and 0 < cv <= CV_MAX:
             return f"gamma:{cv:g}"
+        if cv > CV_MAX:
+            raise UsageError(
+                f"--arrival {text!r}: CV must be at most {CV_MAX:g}; gamma arrivals come in "
+                f"bursts of about CV² requests at once ({cv * cv:.3g} here); e.g. gamma:2"
+            )
     raise UsageError(
         f"--arrival {text!r} must be poisson, constant or gamma:CV with CV > 0 "
         "(e.g. gamma:2 for bursty arrivals)"

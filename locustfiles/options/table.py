@@ -142,10 +142,12 @@ TABLE: tuple[Option, ...] = (
            "comma-separated target concurrencies, one step each", key="steps", always=True),
     Option("--rates", "",
            Levels(parse_rates, "requests/s", "numbers > 0 (requests/s)", "[0.5, 1, 2]"),
-           "open loop: comma-separated arrival rates (requests/s), one step each, instead of --steps",
+           "open loop: comma-separated arrival rates (requests/s, 0.001 to 100,000), one step each, "
+           "instead of --steps",
            key="rates", always=True),
     Option("--arrival", "poisson", Checked(parse_arrival, "{problem}, not {value!r}"),
-           "open loop: arrival process of --rates: poisson, constant or gamma:CV (CV > 1 is burstier)",
+           "open loop: arrival process of --rates: poisson, constant or gamma:CV (CV > 1 is burstier; "
+           "at most 10)",
            key="arrival", needs="rates"),
     Option("--max-concurrency", 0, Count(minimum=0),
            "open loop: cap on requests in flight across all workers (0: no cap)",
