@@ -125,6 +125,10 @@ def decode_export(body: bytes, encoding: str) -> ExportTraceServiceRequest:
             raise ValueError(f"unknown OTLP encoding {encoding!r}")
     except (DecodeError, json_format.ParseError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise SpansFormatError(f"not an OTLP trace export ({encoding}): {exc}") from None
+    except RecursionError:  # JSON nested deeper than any export: was a 500 and a traceback
+        raise SpansFormatError(
+            f"not an OTLP trace export ({encoding}): nested too deeply to be one"
+        ) from None
     return message
 
 

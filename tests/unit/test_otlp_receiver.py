@@ -26,6 +26,7 @@ from analysis.kernel.layout import run_key, spans_key
 from analysis.kernel.schema import SPANS_SCHEMA
 from analysis.kernel.spans import read_spans, trace_id_of
 from analysis.kernel.storage import FileStore, ObjectStore, StorageError, open_store
+from locustfiles.master import otlp
 from locustfiles.master.otlp import OtlpReceiver, split_listen
 from locustfiles.options.table import OPTION
 
@@ -162,6 +163,25 @@ def test_refusals_are_answered_and_counted(
     assert post(receiver, b"[1, 2]", "application/json")[0] == 400
     assert post(receiver, b"not gzip", encoding="gzip")[0] == 400
     assert post(receiver, export("x"), path="/v1/metrics")[0] == 404
+    assert post(receiver, export("x"))[0] == 200  # still serving
+    record = receiver.end_run()
+    assert (record["rejected_bodies"], record["received"], record["stored"]) == (3, 1, 1)
+
+
+def test_a_body_over_the_cap_is_refused_whatever_its_framing(
+    receiver: OtlpReceiver, store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: a chunked body (no Content-Length) was read whole, 1.2 GB of it; and JSON
+    nested too deeply was a 500 with a traceback in the master's log."""
+    monkeypatch.setattr(otlp, "MAX_BODY_BYTES", 1 << 20)
+    receiver.begin_run(store, RUN, tmp_path / "spool")
+    pieces = (b"\x0a" * 65536 for _ in range(48))  # 3 MiB sent chunked: urllib has no length
+    status, _, body = post(receiver, pieces)  # type: ignore[arg-type]
+    assert status == 413 and b"at most 1048576 bytes" in body
+    assert post(receiver, b"\x0a" * (2 << 20))[0] == 413  # with a Content-Length too
+    nested = b'{"resourceSpans": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, _, body = post(receiver, nested, "application/json")
+    assert status == 400 and b"nested too deeply" in body
     assert post(receiver, export("x"))[0] == 200  # still serving
     record = receiver.end_run()
     assert (record["rejected_bodies"], record["received"], record["stored"]) == (3, 1, 1)
