@@ -172,7 +172,7 @@ def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> P
                     ttft_timeout=options.ttft_timeout or None,
                     stall_timeout=options.stall_timeout or None, read_timeout=bound,
                     max_event_bytes=options.max_event_bytes)  # fmt: skip
-    secrets = secret_values(os.environ)
+    secrets = secret_values(os.environ, (options.api_key_env,))
     pool = new_pool()
     try:
         record, probe = send_stream_probe(pool, "first_request", host.rstrip("/") + options.path,

@@ -205,7 +205,9 @@ def write_manifest(
     The first write (`manifest.stored` false) creates the object and raises ObjectExistsError
     when the key is taken (another run's manifest, left as it is); later writes replace it.
     """
-    secrets = secret_values(os.environ if environ is None else environ)
+    named = manifest.config.get("api_key_env")
+    names = (named,) if isinstance(named, str) else ()
+    secrets = secret_values(os.environ if environ is None else environ, names)
     doc = manifest.to_dict(secrets)
     data = json.dumps(doc, indent=1, default=str).encode() + b"\n"
     store.put(run_key(manifest.run_id, MANIFEST_NAME), data, overwrite=manifest.stored)

@@ -12,8 +12,9 @@ secret.
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 SECRET_WORDS = frozenset(
     {
@@ -55,12 +56,16 @@ def names_env_var(name: str, value: object) -> bool:
     )
 
 
-def secret_values(environ: Mapping[str, str]) -> tuple[str, ...]:
-    """Values of secret-named environment variables, longest first (for redaction)."""
+def secret_values(environ: Mapping[str, str], names: Iterable[str] = ()) -> tuple[str, ...]:
+    """Values of secret-named environment variables, and of the variables `names` (the one
+    `--api-key-env` names, whatever its name: `MYAUTH` holds a key as much as
+    `OPENAI_API_KEY`), longest first (for redaction)."""
+    named = {n for n in names if n}
     values = {
         v
         for k, v in environ.items()
-        if is_secret_name(k) and not names_env_var(k, v) and len(v) >= MIN_SECRET_LEN
+        if (k in named or (is_secret_name(k) and not names_env_var(k, v)))
+        and len(v) >= MIN_SECRET_LEN
     }
     return tuple(sorted(values, key=len, reverse=True))
 
@@ -70,3 +75,37 @@ def redact(text: str, secrets: tuple[str, ...], replacement: str = "<redacted>")
         if secret in text:
             text = text.replace(secret, replacement)
     return text
+
+
+class RedactingFilter(logging.Filter):
+    """Every log record of the process with its secrets redacted, whoever logs it (llmload,
+    Locust echoing a failure, boto3 at DEBUG naming an access key id)."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        message = record.getMessage()
+        clean = redact(message, self.secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:  # a traceback's text, formatted once here
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        return True
+
+
+def redact_logs(secrets: tuple[str, ...]) -> None:
+    """Redact `secrets` (with those already given) in every record the root logger's
+    handlers write, now and for handlers that share them. One filter per handler."""
+    for handler in logging.getLogger().handlers:
+        found = [f for f in handler.filters if isinstance(f, RedactingFilter)]
+        if found:
+            merged = set(found[0].secrets) | set(secrets)
+            found[0].secrets = tuple(sorted(merged, key=len, reverse=True))
+        else:
+            handler.addFilter(RedactingFilter(secrets))

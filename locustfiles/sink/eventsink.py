@@ -109,6 +109,7 @@ class SinkConfig:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     runtime: str = "auto"  # auto | gevent | threads
+    secret_names: tuple[str, ...] = ()  # variables whose values are secrets (--api-key-env)
 
     def __post_init__(self) -> None:
         if self.part_rows < 1:
@@ -296,7 +297,7 @@ class EventSink:
             self.config.run_id,
             self.config.worker_id,
             self.config.store_prompts,
-            secret_values(os.environ),
+            secret_values(os.environ, self.config.secret_names),
         )
         store = self._store
         if isinstance(store, S3Store):  # its client costs ~0.3 s of CPU: now, not mid-run

@@ -29,7 +29,7 @@ from locustfiles.request.errors import (
 from locustfiles.request.record import RequestRecord, new_request_id
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.run.protocol import StepState
-from locustfiles.run.secrets import redact, secret_values
+from locustfiles.run.secrets import redact, redact_logs, secret_values
 from locustfiles.sink.eventsink import EventSink, SinkConfig
 from locustfiles.sink.warmup import (
     freeze_gc,
@@ -86,7 +86,8 @@ class WorkerContext:
             stall_timeout=options.stall_timeout,
             max_event_bytes=options.max_event_bytes,
         )
-        self._secrets = secret_values(os.environ)
+        self._secrets = secret_values(os.environ, (options.api_key_env,))
+        redact_logs(self._secrets)  # this process's log, Locust's failure lines included
         self.target = TargetView(  # the probes and what they learned (target.py)
             options, host.rstrip("/"), self.worker_id, self.limits, self.build.prompts,
             self._secrets, report_probes, cannot_start,
@@ -101,6 +102,7 @@ class WorkerContext:
             run_id=run_id,
             worker_id=self.worker_id,
             store_prompts=options.store_prompts,
+            secret_names=(options.api_key_env,),
         )
         if options.spool_dir:
             config = dataclasses.replace(config, spool_dir=Path(options.spool_dir))

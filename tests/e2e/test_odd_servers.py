@@ -25,6 +25,7 @@ import pytest
 from tests.support.chat import BIN, run_locust
 
 VARIANTS = ("fine", "huge", "negative", "down")
+KEY = "k3y-of-MYAUTH-not-named-like-a-secret"  # --api-key-env MYAUTH: redacted all the same
 USAGE = {  # the usage each variant puts on its three content events, then on its last event
     "fine": ((None, None, None), {"prompt_tokens": 5, "completion_tokens": 3}),
     "huge": ((None, None, None), {"prompt_tokens": 5, "completion_tokens": 10**15}),
@@ -37,6 +38,7 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     answered: ClassVar[dict[str, str]] = {}  # request id -> variant (streamed requests)
     lock = threading.Lock()
+    echo = False  # some requests fail with an error event that echoes the Authorization
 
     def _json(self, status: int, doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
@@ -68,7 +70,9 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
             with self.lock:
                 self.answered[rid] = variant
         per_event, last = USAGE[variant]
-        events = []
+        events: list[dict[str, Any]] = []
+        if self.echo and not probe and digest % 2:  # the server echoes the key in its error
+            events.append({"error": {"message": f"bad {self.headers.get('Authorization')}"}})
         for i, used in enumerate(per_event):
             doc: dict[str, Any] = {"id": "x", "choices": [{"index": 0, "delta": {"content": f"t{i} "},
                                                            "finish_reason": None}]}  # fmt: skip
@@ -96,6 +100,7 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def odd_usage() -> Iterator[str]:
     _OddUsage.answered.clear()
+    _OddUsage.echo = False
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OddUsage)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -146,3 +151,24 @@ def test_usage_that_is_no_token_count_is_recorded_invalid_and_no_row_is_lost(
     invalid = sum(1 for v in answered.values() if v != "fine")
     assert sum(s["errors_invalid_usage"] for s in steps) <= invalid
     assert sum(s["errors_invalid_usage"] for s in steps) > 0
+
+
+def test_a_key_the_server_echoes_is_in_no_file_and_no_log(odd_usage: str, tmp_path: Path) -> None:
+    """Issue 36: with --api-key-env MYAUTH the key's value reached 4,316 rows' error_detail
+    and Locust's log when the server echoed it: redaction went by the variable's name."""
+    _OddUsage.echo = True
+    result = run_locust(
+        odd_usage, tmp_path / "events", "--steps", "1", "--step-duration", "2",
+        "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(8,3)",
+        "--api-key-env", "MYAUTH", "--loglevel", "DEBUG", "--exit-code-on-error", "0",
+        "--report-dir", str(tmp_path / "report"),
+        env={"MYAUTH": KEY},
+    )  # fmt: skip
+    assert result.returncode == 0, result.output[-3000:]
+    requests, _chunks, _manifest = result.events()
+    echoed = requests[requests["error_kind"] == "stream_error"]
+    assert len(echoed) > 0 and echoed["error_detail"].str.contains("<redacted>").all()
+    assert KEY not in result.output
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".parquet" for p in written) and (tmp_path / "report").is_dir()
+    assert [p for p in written if KEY.encode() in p.read_bytes()] == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from pathlib import Path
 
 from analysis.kernel.schema import SCHEMA_VERSION
@@ -16,7 +18,7 @@ from locustfiles.run.manifest import (
     scrub_config,
     write_manifest,
 )
-from locustfiles.run.secrets import is_secret_name, secret_values
+from locustfiles.run.secrets import RedactingFilter, is_secret_name, secret_values
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -54,6 +56,27 @@ def test_secret_env_values_are_redacted_anywhere() -> None:
     assert secrets == (SECRET,)
     manifest = RunManifest("r1", config={"note": f"curl -H 'x: {SECRET}'"})
     assert SECRET not in json.dumps(manifest.to_dict(secrets))
+
+
+def test_the_api_key_variable_is_secret_whatever_its_name() -> None:
+    environ = {"MYAUTH": SECRET, "HOME": "/root", "OPENAI_API_KEY": "other-secret-value"}
+    assert secret_values(environ) == ("other-secret-value",)  # by name alone: MYAUTH missed
+    assert set(secret_values(environ, ("MYAUTH",))) == {SECRET, "other-secret-value"}
+    assert secret_values({"MYAUTH": "abc"}, ("MYAUTH",)) == ()  # too short to redact by value
+
+
+def test_log_records_lose_their_secrets_whoever_logs_them() -> None:
+    log_filter = RedactingFilter((SECRET,))
+    record = logging.LogRecord(
+        "botocore", logging.DEBUG, __file__, 1, "key %s, %d", (SECRET, 3), None
+    )
+    assert log_filter.filter(record) and record.getMessage() == "key <redacted>, 3"
+    try:
+        raise ValueError(f"echoed {SECRET}")
+    except ValueError:
+        failed = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom", None, sys.exc_info())
+    assert log_filter.filter(failed) and SECRET not in (failed.exc_text or "")
+    assert "echoed <redacted>" in (failed.exc_text or "")
 
 
 def test_write_manifest_start_and_end(tmp_path: Path) -> None:
