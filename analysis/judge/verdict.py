@@ -13,6 +13,8 @@ A pipeline cannot read warnings; it reads a verdict (docs/reports.md, "Verdicts"
   fraction;
 - `server-overloaded`: the server turned requests away or let them time out: queue
   rejections (429/503) and timeouts over a share of the step's requests;
+- `failed`: the step sent requests and not one succeeded (every answer an error of another
+  kind: a page instead of a stream, a refusal, a malformed body): nothing was measured;
 - `valid`: none of these.
 
 The worst comes first: incomplete, client-limited, server-overloaded, valid. The run's verdict
@@ -46,10 +48,11 @@ VALID: Final = "valid"
 CLIENT_LIMITED: Final = "client-limited"
 INCOMPLETE: Final = "incomplete"
 SERVER_OVERLOADED: Final = "server-overloaded"
-VERDICTS: Final = (INCOMPLETE, CLIENT_LIMITED, SERVER_OVERLOADED, VALID)
+FAILED: Final = "failed"
+VERDICTS: Final = (INCOMPLETE, CLIENT_LIMITED, SERVER_OVERLOADED, FAILED, VALID)
 """Every verdict, worst first."""
 
-INVALID: Final = (INCOMPLETE, CLIENT_LIMITED)
+INVALID: Final = (INCOMPLETE, CLIENT_LIMITED, FAILED)
 """The verdicts `--fail-on-invalid` fails on when given no list."""
 
 EXIT_INVALID: Final = 4
@@ -209,9 +212,21 @@ def step_verdict(
             f"{name}: {overloaded} of {requests} request(s) ({overloaded / requests:.1%}) were "
             f"rejected (429/503) or timed out (limit {limits['overload']:.1%})"
         )
+    if row["group"] == "step" and requests and not row.get("ok"):
+        found[FAILED].append(
+            f"{name}: none of its {requests} request(s) succeeded{_top_error(row)}: nothing "
+            "was measured"
+        )
     verdict = next((v for v in VERDICTS if found[v]), VALID)
     reasons = [r for v in VERDICTS for r in found[v]]
     return verdict, reasons, warnings, notes
+
+
+def _top_error(row: dict[str, Any]) -> str:
+    """`` (most: http_4xx_other, 12)`` for a step row's most frequent error kind, or ``."""
+    counts = {k[len("errors_") :]: int(v or 0) for k, v in row.items() if k.startswith("errors_")}
+    kind, count = max(counts.items(), key=lambda kv: kv[1], default=("", 0))
+    return f" (most: {kind}, {count})" if count else ""
 
 
 def run_reasons(manifest: dict[str, Any], completeness: Completeness) -> list[str]:

@@ -58,6 +58,9 @@ TIMEOUT_KINDS: Final = ("ttft_timeout", "total_timeout", "stall_timeout")
 OVERLOAD_KINDS: Final = ("queue_rejected", *TIMEOUT_KINDS)
 """Error kinds that say the server turned a request away or let it time out."""
 
+SHAPE_KINDS: Final = ("stream_truncated", "malformed_event")
+"""An answer that is no completion stream (with no output: a page, an empty body)."""
+
 _SINK_KEYS = [  # every table's first columns: the sink fills them in
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("worker_id", pa.string(), nullable=False),

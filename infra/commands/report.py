@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+EXIT_NOTHING_MEASURED = 1  # no step holds a successful request: as for events that cannot be used
 EXIT_SLO_FAILED = 3
 EXIT_INVALID = 4  # analysis.judge.verdict.EXIT_INVALID: the run's verdict is one failed on
 
@@ -86,11 +87,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--fail-on-invalid",
         nargs="?",
-        const="incomplete,client-limited",
+        const="incomplete,client-limited,failed",  # analysis.judge.verdict.INVALID (a test)
         default=None,
         metavar="VERDICTS",
         help="exit 4 when the run's verdict is one of VERDICTS (default when given alone: "
-        "incomplete,client-limited; add server-overloaded to fail on it too)",
+        "incomplete,client-limited,failed; add server-overloaded to fail on it too)",
     )
     parser.add_argument(
         "--by",
@@ -177,6 +178,12 @@ def run(args: argparse.Namespace) -> int:
     verdict = report.verdict
     if verdict is not None and not args.quiet:
         print(f"verdict: {verdict.line}")
+    if not any((row.get("ok") or 0) > 0 for row in report.step_rows):
+        sent = sum(int(row.get("requests") or 0) for row in report.step_rows)
+        print(f"llmload: error: run {run_id}: no step holds a successful request ({sent} "
+              f"request(s) in the steps' windows): nothing was measured; {out}/report.md "
+              "says why", file=sys.stderr)  # fmt: skip
+        return EXIT_NOTHING_MEASURED
     if verdict is not None and verdict.failed(fail_on):
         print(f"llmload: the run's verdict is {verdict.verdict} (--fail-on-invalid)",
               file=sys.stderr)  # fmt: skip

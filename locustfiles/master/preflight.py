@@ -37,7 +37,7 @@ from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.options.options import ChatOptions
 from locustfiles.options.parsers import check_host
 from locustfiles.request.client import Limits, new_pool
-from locustfiles.request.errors import refused_status, root_cause
+from locustfiles.request.errors import no_completion, refused_status, root_cause
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord, RunManifest, run_taken, write_manifest
@@ -185,6 +185,14 @@ def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> P
         raise UsageError(
             f"the target {host} refused this run's first request ({detail}); every request "
             f"would be refused the same way: {first_request_fix(record.http_status, options)}"
+        )
+    if no_completion(record):
+        detail = redact(record.error_detail or record.error_kind or "", secrets)
+        raise UsageError(
+            f"the target {host} answered this run's first request with HTTP 200 but no "
+            f"completion ({detail}); every request would be answered the same way: is "
+            f"{host}{options.path} an OpenAI-compatible endpoint? Check --host (the server's "
+            "root URL, without /v1) and --endpoint"
         )
     return probe
 

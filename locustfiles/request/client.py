@@ -27,6 +27,7 @@ from typing import Any
 import urllib3
 from gevent import GreenletExit
 
+from analysis.kernel.schema import SHAPE_KINDS
 from locustfiles.request.errors import (
     CONNECT,
     TIMEOUT,
@@ -256,8 +257,21 @@ def execute(
         _close(resp)
     finally:
         watch.stop()
+        if record.error_kind in SHAPE_KINDS and resp is not None:
+            _say_content_type(record, resp.headers.get("content-type") or "")
         record.finish()
     return record
+
+
+def _say_content_type(record: RequestRecord, content_type: str) -> None:
+    """A stream that was no stream: its detail names the Content-Type when it was not the
+    expected one (a 200 page from a proxy or a web UI, not the API)."""
+    expected = "text/event-stream" if record.stream else "application/json"
+    if expected not in content_type.lower():
+        shown = content_type or "none"
+        record.error_detail = (
+            f"{record.error_detail}; the answer's Content-Type was {shown!r}, not {expected}"
+        )
 
 
 def _socket_of(resp: Any) -> Any:

@@ -19,7 +19,7 @@ outcome (`run/probe.py`), `llmload check`'s answers.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from urllib3.exceptions import (
     ConnectTimeoutError,
@@ -28,6 +28,11 @@ from urllib3.exceptions import (
     ProtocolError,
     ReadTimeoutError,
 )
+
+from analysis.kernel.schema import SHAPE_KINDS
+
+if TYPE_CHECKING:
+    from locustfiles.request.record import RequestRecord
 
 CONNECT: Final = "connect"
 TIMEOUT: Final = "timeout"
@@ -41,6 +46,16 @@ def refused_status(status: int | None) -> bool:
     """Whether a response's status means the server refused the request as such (4xx, not
     408 or 429): the same request sent again gets the same answer."""
     return status is not None and 400 <= status < 500 and status not in (408, 429)
+
+
+def no_completion(record: RequestRecord) -> bool:
+    """A 200 that carried no completion at all: a page, an empty or unreadable body
+    (SHAPE_KINDS, no output). Like a refusal, the same request gets the same answer."""
+    return (
+        record.http_status == 200
+        and record.error_kind in SHAPE_KINDS
+        and record.first_token_ns is None
+    )
 
 
 def transport_kind(exc: BaseException, responded: bool = False) -> str | None:

@@ -24,6 +24,7 @@ from locustfiles.live.groups import Observer, Recorder
 from locustfiles.options.options import ChatOptions
 from locustfiles.request.client import Limits, execute
 from locustfiles.request.errors import (
+    no_completion,
     refused_status,
 )
 from locustfiles.request.record import RequestRecord, new_request_id
@@ -225,16 +226,21 @@ class WorkerContext:
         return record
 
     def _check_refused(self, record: RequestRecord) -> None:
-        """Until a request is answered otherwise: REFUSED_AT_START refusals stop the run."""
-        if not refused_status(record.http_status):
+        """Until a request is answered otherwise: REFUSED_AT_START refusals stop the run (a
+        refusal: a 4xx but 408/429, or a 200 with no completion in it: a page, an empty body)."""
+        if not (refused_status(record.http_status) or no_completion(record)):
             if record.http_status is not None:  # answered: the server takes such requests
                 self._first_refused = None
             return
         self._first_refused = refused = (self._first_refused or 0) + 1
         if refused >= REFUSED_AT_START:
             self._first_refused = None  # said once
-            cause = (f"the target refused its first {refused} requests (last: "
-                     f"{record.error_detail}); every request would be refused the same way")  # fmt: skip
+            if no_completion(record):
+                how, what = "answered", f"its first {refused} requests with no completion"
+            else:
+                how, what = "refused", f"its first {refused} requests"
+            cause = (f"the target {how} {what} (last: {record.error_detail}); every request "
+                     f"would be {how} the same way")  # fmt: skip
             self.halted = "not sent: the run is stopping (the target refused every request)"
             if self.cannot_start is not None:
                 self.cannot_start(cause)

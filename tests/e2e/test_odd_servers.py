@@ -39,6 +39,7 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
     answered: ClassVar[dict[str, str]] = {}  # request id -> variant (streamed requests)
     lock = threading.Lock()
     echo = False  # some requests fail with an error event that echoes the Authorization
+    page = False  # the load's requests (not the probes) are answered with an HTML page
 
     def _json(self, status: int, doc: dict[str, Any]) -> None:
         body = json.dumps(doc).encode()
@@ -64,6 +65,16 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
             return
         rid = self.headers.get("X-Request-Id", "")
         probe = rid.startswith("probe-")
+        if self.page and not probe:
+            with self.lock:
+                self.answered[rid] = "page"
+            page = b"<!DOCTYPE html><html><body>Sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+            return
         digest = int(hashlib.sha256(rid.encode()).hexdigest(), 16)
         variant = "fine" if probe else VARIANTS[digest % len(VARIANTS)]
         if not probe:
@@ -100,7 +111,7 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def odd_usage() -> Iterator[str]:
     _OddUsage.answered.clear()
-    _OddUsage.echo = False
+    _OddUsage.echo = _OddUsage.page = False
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OddUsage)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -172,3 +183,24 @@ def test_a_key_the_server_echoes_is_in_no_file_and_no_log(odd_usage: str, tmp_pa
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".parquet" for p in written) and (tmp_path / "report").is_dir()
     assert [p for p in written if KEY.encode() in p.read_bytes()] == []
+
+
+def test_a_target_that_answers_the_load_with_pages_stops_the_run(
+    odd_usage: str, tmp_path: Path
+) -> None:
+    """Issue 36: the probes pass, then every request of the load gets a 200 page (a proxy's
+    sign-in): the first REFUSED_AT_START such answers stop the run, as refusals do, instead
+    of thousands of stream_truncated rows and a valid report."""
+    _OddUsage.page = True
+    result = run_locust(
+        odd_usage, tmp_path / "events", "--steps", "2", "--step-duration", "30",
+        "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(8,3)", timeout=60,
+    )  # fmt: skip
+    errors = [line for line in result.output.splitlines() if line.startswith("llmload: error:")]
+    assert result.returncode == 2, result.output[-3000:]
+    assert errors and "the target answered its first 5 requests with no completion" in errors[0]
+    assert "the answer's Content-Type was 'text/html', not text/event-stream" in errors[0]
+    requests, _chunks, manifest = result.events()
+    assert manifest["status"] == "aborted"
+    assert len(requests) < 200 and (requests["error_kind"] == "stream_truncated").all()
+    assert set(_OddUsage.answered) <= set(requests["request_id"])  # every answer has its row

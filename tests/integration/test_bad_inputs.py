@@ -251,6 +251,13 @@ CASES = [
     Case("target-wait-ready-timeout",
          ("locust", "--host", "http://127.0.0.1:{free_port}", "--wait-ready", "1"), 2,
          ("did not answer in 1 s (--wait-ready)", "start the server, fix --host")),
+    Case("target-answers-a-page", ("locust", "--host", "{page}"), 2,
+         ("answered this run's first request with HTTP 200 but no completion",
+          "the answer's Content-Type was 'text/html; charset=utf-8', not text/event-stream",
+          "Check --host (the server's root URL, without /v1) and --endpoint")),
+    Case("target-answers-a-page-no-stream", ("locust", "--host", "{page}", "--no-stream"), 2,
+         ("answered this run's first request with HTTP 200 but no completion",
+          "not application/json")),
     Case("target-pings-forever", ("locust", "--host", "{pinger}", "--connect-timeout", "2"), 2,
          ("did not answer", "(TimeoutError: HTTP 200, but the response did not end within")),
     Case("first-request-unauthorized", ("locust", "--host", "{refuser}"), 2,
@@ -436,6 +443,26 @@ class _Pings(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _Page(http.server.BaseHTTPRequestHandler):
+    """Answers everything 200 with a web page, as a UI or a proxy's login page would."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _page(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b"<!DOCTYPE html><html><body><h1>Welcome</h1></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _page
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class _Refuses(http.server.BaseHTTPRequestHandler):
     """Lists model `m`; refuses every chat completion with 401 (a key it does not take) and
     has no other POST endpoint (404), as a server behind a key, or not OpenAI-compatible."""
@@ -492,7 +519,13 @@ def refuser() -> Iterator[str]:
     yield from _serve(_Refuses)
 
 
-TARGETS = ("pinger", "refuser")  # fixtures a case names as {pinger}, {refuser}
+@pytest.fixture(scope="module")
+def page() -> Iterator[str]:
+    """A target that answers every request 200 with an HTML page."""
+    yield from _serve(_Page)
+
+
+TARGETS = ("pinger", "refuser", "page")  # fixtures a case names as {pinger}, {refuser}, {page}
 
 
 def _command(case: Case, sim: SimProcess, port: int, targets: dict[str, str]) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis import UsageError, build_report
-from analysis.judge.verdict import EXIT_INVALID, parse_limits
+from analysis.judge.verdict import EXIT_INVALID, INVALID, parse_limits
 from analysis.kernel.storage import open_store
 from tests.integration.test_report_workers import health_run
 from tests.support.runs import RunBuilder
@@ -114,6 +114,72 @@ def test_rejections_and_timeouts_make_a_step_server_overloaded(tmp_path: Path) -
         "5 of 40 request(s) (12.5%) were rejected (429/503) or timed out" in row["verdict_reasons"]
     )
     assert report.verdict is not None and report.verdict.verdict == "server-overloaded"
+
+
+def failed_run(run_id: str = "failed") -> RunBuilder:
+    """Step 0: ten requests, all ok; step 1: twelve, every one an error that is no overload
+    (a page instead of a stream: stream_truncated; two refused: http_4xx_other)."""
+    b = RunBuilder(run_id)
+    b.add_step(0, 2, started_s=0, spawned_s=0, ended_s=20)
+    b.add_step(1, 4, started_s=20, spawned_s=20, ended_s=40)
+    for i in range(10):
+        b.add_request(sent_s=1.0 + i, chunks=[(0.1, 1), (0.2, 1)])
+    for i in range(12):
+        kind = "http_4xx_other" if i < 2 else "stream_truncated"
+        b.add_request(sent_s=21.0 + i, step=1, concurrency=4, status="error", error_kind=kind,
+                      end_s=0.01)  # fmt: skip
+    return b
+
+
+def test_a_step_where_nothing_succeeded_is_failed_never_valid(tmp_path: Path) -> None:
+    """Issue 36: a server answering every request 200 text/html gave a `valid` report."""
+    report = build_report(failed_run().write(tmp_path / "ev"), tmp_path / "out", progress=False,
+                          html=False)  # fmt: skip
+    steps = [r for r in report.table.rows if r["group"] == "step"]
+    assert [r["verdict"] for r in steps] == ["valid", "failed"]
+    assert (
+        "none of its 12 request(s) succeeded (most: stream_truncated, 10)"
+        in steps[1]["verdict_reasons"]
+    )
+    assert report.verdict is not None and report.verdict.verdict == "failed"
+    run = str(tmp_path / "ev" / "failed")
+    assert _cli(run, "--out", str(tmp_path / "a"), "--quiet").returncode == 0  # step 0 measured
+    assert _cli(run, "--out", str(tmp_path / "b"), "--quiet", "--fail-on-invalid").returncode == (
+        EXIT_INVALID
+    )
+
+
+def test_fail_on_invalid_alone_means_the_invalid_verdicts() -> None:
+    import argparse
+
+    from infra.commands.report import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["report", "r", "--fail-on-invalid"])
+    assert tuple(args.fail_on_invalid.split(",")) == INVALID
+
+
+def test_a_report_with_no_successful_request_exits_1_after_writing(tmp_path: Path) -> None:
+    """Issue 36: a report over zero requests (the requests parts gone, the manifest kept), or
+    over requests that all failed, exited 0."""
+    b = failed_run("allfailed")
+    b.requests = [r for r in b.requests if r["status"] != "ok"]
+    run = b.write(tmp_path / "ev")
+    done = _cli(str(run), "--out", str(tmp_path / "out"), "--quiet")
+    assert done.returncode == 1, done.stderr
+    assert "no step holds a successful request (12 request(s) in the steps' windows)" in (
+        done.stderr
+    )
+    assert (tmp_path / "out" / "report.md").is_file()  # written: it says why
+    parts = list((tmp_path / "ev" / "allfailed" / "requests").rglob("*.parquet"))
+    assert parts
+    for part in parts:
+        part.unlink()
+    for index in (tmp_path / "ev" / "allfailed").rglob("index/*"):
+        index.unlink()
+    empty = _cli(str(run), "--out", str(tmp_path / "empty"), "--quiet")
+    assert empty.returncode == 1 and "(0 request(s)" in empty.stderr, empty.stderr
 
 
 def test_a_missing_part_is_incomplete_and_fails_on_invalid(tmp_path: Path) -> None:
