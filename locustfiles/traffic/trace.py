@@ -30,9 +30,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from analysis.kernel.errors import UsageError
+from analysis.kernel.schema import REQUESTS_SCHEMA, int_max
 from analysis.kernel.storage import expand_home
 
 log = logging.getLogger("llmload.trace")
@@ -111,6 +112,15 @@ def detect_format(path: Path) -> str:
     )
 
 
+# the request column each trace length lands in: a value above what it holds is refused here,
+# as a dataset's is, not dropped with the row (and the server's 400 for it) by the sink
+_COLUMN = {"input_length": "prompt_tokens_requested", "output_length": "max_tokens"}
+
+SPAN_MAX_S: Final = 7 * 24 * 3600.0
+"""The longest window a replay runs after --trace-speedup: a week. A gap of 1e15 ms made one
+step of 30 million years at 2e-12 requests/s, stopped only by a kill."""
+
+
 def _int(path: Path, lineno: int, key: str, value: Any, minimum: int) -> int:
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
@@ -121,6 +131,12 @@ def _int(path: Path, lineno: int, key: str, value: Any, minimum: int) -> int:
         raise UsageError(
             f"{path}:{lineno}: {key} must be an integer >= {minimum}, not {value!r}; "
             "fix or remove the line"
+        )
+    column = _COLUMN.get(key)
+    if column is not None and value > (most := int_max(REQUESTS_SCHEMA, column)):
+        raise UsageError(
+            f"{path}:{lineno}: {key} {value} is above {most}, the most a request row records "
+            f"({column}); fix or remove the line"
         )
     return value
 
@@ -253,5 +269,11 @@ def load_trace(path: Path, settings: TraceSettings) -> TraceReplay:
     speedup = settings.speedup
     offsets = tuple((r.at_s - start) / speedup for r in window)
     span = (settings.duration_s if end != math.inf else window[-1].at_s - start) / speedup
+    if span > SPAN_MAX_S:
+        raise UsageError(
+            f"trace {path}: the window replays over {span:.3g} s after --trace-speedup "
+            f"{speedup:g}, more than a week ({SPAN_MAX_S:,.0f} s); give --trace-duration "
+            "(seconds of the trace), or a larger --trace-speedup"
+        )
     return TraceReplay(f"trace:{path.name}", fmt, tuple(window), offsets,
                        settings.block_tokens, span)  # fmt: skip

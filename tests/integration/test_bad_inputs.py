@@ -49,7 +49,8 @@ LOCUST = (str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summ
 @dataclass(frozen=True)
 class Case:
     """One bad input. `argv` starts with `locust` (LOCUST above, `--host` the simulator
-    unless given) or `llmload`; `{sim}`, `{sim_port}` and `{free_port}` are filled in."""
+    unless given), `locust-open` (the same without `--steps`: a trace's own step) or
+    `llmload`; `{sim}`, `{sim_port}` and `{free_port}` are filled in."""
 
     id: str
     argv: tuple[str, ...]
@@ -151,6 +152,16 @@ CASES = [
          "d.jsonl:2: max_tokens 1000000000000 is above 2147483647, the most a request row "
          "records (max_tokens)",
          setup=_write("d.jsonl", '{"prompt": "hi"}\n{"prompt": "hi", "max_tokens": 1000000000000}\n')),
+    Case("trace-output-length-too-large", ("locust-open", "--workload", "trace:t.jsonl"), 2,
+         "t.jsonl:2: output_length 3000000000 is above 2147483647, the most a request row "
+         "records (max_tokens); fix or remove the line",
+         setup=_write("t.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                                 '{"timestamp": 10, "input_length": 10, "output_length": 3000000000}\n')),
+    Case("trace-gap-of-ages", ("locust-open", "--workload", "trace:t.jsonl"), 2,
+         "trace t.jsonl: the window replays over 1e+12 s after --trace-speedup 1, more than a "
+         "week (604,800 s); give --trace-duration",
+         setup=_write("t.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5}\n'
+                                 '{"timestamp": 1e15, "input_length": 10, "output_length": 5}\n')),
     Case("conversations-no-user-turn", ("locust", "--workload", "conversations:c.jsonl"), 2,
          'c.jsonl:1: the conversation has no user (human) turn to replay; give it at least one '
          'non-empty turn {"from": "human", "value": ...}',
@@ -537,9 +548,11 @@ def _command(case: Case, sim: SimProcess, port: int, targets: dict[str, str]) ->
         return arg
 
     args = [fill(a) for a in case.argv[1:]]
-    if case.argv[0] == "locust":
+    if case.argv[0] in ("locust", "locust-open"):
         host = [] if "--host" in args else ["--host", sim.url]
-        return [*LOCUST, *host, *args]
+        at = LOCUST.index("--steps")
+        base = [*LOCUST[:at], *LOCUST[at + 2 :]]  # a trace makes its own step
+        return [*(LOCUST if case.argv[0] == "locust" else base), *host, *args]
     return [str(BIN / "llmload"), *args]
 
 
