@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from locustfiles.master.staircase import SPAWN_RATE  # noqa: E402
+from locustfiles.options.rules import SPAWN_RATE  # noqa: E402
 from tests.support.chat import BIN, LOCUSTFILE, start_sim  # noqa: E402
 
 LIMIT_MARGIN = 256  # descriptors beyond one socket per stream (files, pipes, the spool)

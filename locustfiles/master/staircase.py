@@ -21,13 +21,12 @@ import logging
 import time
 from typing import Any
 
+from locustfiles.options.rules import SPAWN_RATE, SPAWN_TIMEOUT_S  # what --steps may ask
 from locustfiles.run.protocol import COLD_STEP
 
 log = logging.getLogger("llmload.steps")
 
 COLD_TIMEOUT_S = 120.0
-SPAWN_TIMEOUT_S = 60.0
-SPAWN_RATE = 100.0  # users/s: a step of up to 100 users spawns within a second
 RATE_LEAD_S = 0.25  # a rate step's schedule starts this long after its announcement
 CLOCK_WAIT_S = 5.0  # how long the first rate step waits for the workers' clock offsets
 

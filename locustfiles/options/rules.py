@@ -11,20 +11,42 @@ The first broken rule raises UsageError.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from locustfiles.options.parsers import has_step_objectives
 from locustfiles.options.table import TABLE
 from locustfiles.options.voice import Voice
+
+SPAWN_RATE: Final = 100.0
+"""Users/s the staircase spawns at: a step of up to 100 users spawns within a second."""
+
+SPAWN_TIMEOUT_S: Final = 60.0
+"""How long a step waits for its users: a step of more than SPAWN_RATE × this many users
+never reaches its concurrency (--steps 100000 had 6,000 users after 60 s)."""
 
 
 def check_together(
     values: Mapping[str, Any], given: Callable[[str], bool], say: Callable[[str], Voice]
 ) -> None:
     _check_warmup(values, say)
+    _check_steps(values, say)
     _check_open_loop(values, given, say)
     _check_search(values, say)
     _check_prefix_groups(values, given, say)
+
+
+def _check_steps(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
+    """Each concurrency step's users spawn within the time a step waits for them."""
+    most = int(SPAWN_RATE * SPAWN_TIMEOUT_S)
+    big = [n for n in values.get("steps") or () if n > most]
+    if big:
+        steps = say("steps")
+        steps.showing(
+            ",".join(map(str, values["steps"])),
+            f"asks for {big[0]:,} users in a step: users spawn at {SPAWN_RATE:g}/s, and a "
+            f"step waits {SPAWN_TIMEOUT_S:g} s for them, so at most {most:,} a step; for more "
+            "load use --rates (open loop)",
+        )
 
 
 def _check_warmup(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
@@ -75,6 +97,13 @@ def _check_search(values: Mapping[str, Any], say: Callable[[str], Voice]) -> Non
         search.fail(f"needs {slo.ref} with {objective}, e.g. {slo.example('ttft_p99=0.5')}")
 
 
+PREFIX_TOKENS_MAX: Final = 10_000_000
+"""The most prefix tokens (--prefix-groups × --prefix-tokens) a run may hold: each worker
+process keeps every prefix, ~25 bytes a token (measured), so ~250 MB at this bound. 10**6
+groups of 10**6 tokens grew to ~24 GB in 30 s before the kernel killed it."""
+PREFIX_BYTES_PER_TOKEN: Final = 25
+
+
 def _check_prefix_groups(
     values: Mapping[str, Any], given: Callable[[str], bool], say: Callable[[str], Voice]
 ) -> None:
@@ -91,6 +120,12 @@ def _check_prefix_groups(
                     f"e.g. {tokens.example(256)}")  # fmt: skip
     if n_tokens and not n_groups:
         groups.fail(f"is needed with {tokens.ref}: how many prefixes, e.g. {groups.example(4)}")
+    if n_groups * n_tokens > PREFIX_TOKENS_MAX:
+        cost = n_groups * n_tokens * PREFIX_BYTES_PER_TOKEN / 2**30
+        groups.fail(f"× {tokens.ref} make {n_groups * n_tokens:,} prefix tokens, about "
+                    f"{cost:,.1f} GiB in every worker process; give at most "
+                    f"{PREFIX_TOKENS_MAX:,} in all, e.g. {groups.example(100)} and "
+                    f"{tokens.example(2048)}")  # fmt: skip
     if "prime" in phase and not (n_groups or shared_tokens):
         say("cache_phase").being(phase, f"primes the shared prefixes: give {groups.ref} and "
                                  f"{tokens.ref} (or {shared.ref}), e.g. {groups.example(4)}")  # fmt: skip

@@ -177,6 +177,13 @@ CASES = [
          "--history 'window:0' must be full or window:N with N >= 1 turns"),
     Case("tool-rate-above-one", ("locust", "--tool-rate", "2"), 2,
          "--tool-rate must be between 0 and 1, not 2.0"),
+    Case("steps-too-many-users", ("locust", "--steps", "1,100000"), 2,
+         "--steps (1,100000) asks for 100,000 users in a step: users spawn at 100/s, and a step "
+         "waits 60 s for them, so at most 6,000 a step"),
+    Case("prefix-groups-times-tokens-too-large",
+         ("locust", "--prefix-groups", "1000000", "--prefix-tokens", "1000000"), 2,
+         "--prefix-groups × --prefix-tokens make 1,000,000,000,000 prefix tokens, about "
+         "23,283.1 GiB in every worker process; give at most 10,000,000 in all"),
     Case("steps-zero", ("locust", "--steps", "0,2"), 2,
          "--steps '0,2' needs at least one concurrency, each >= 1"),
     Case("rates-zero", ("locust", "--rates", "0,2"), 2,
