@@ -18,12 +18,21 @@ from analysis.kernel.errors import UsageError
 _PARSE = """
 import json, sys
 from locust.argument_parser import get_parser
+from analysis.kernel.errors import UsageError
+from locustfiles.options.options import from_parsed
 from locustfiles.options.table import add_arguments
 parser = get_parser(default_config_files=[])
 add_arguments(parser)
 ns, unknown = parser.parse_known_args(json.loads(sys.argv[1]))
 flags = sorted(f for a in parser._actions for f in a.option_strings)
-print(json.dumps({"unknown": unknown, "positional": list(ns.user_classes or []), "flags": flags}))
+problem = None
+if not unknown and not ns.user_classes:
+    try:
+        from_parsed(ns)  # llmload's own checks of every value, as the master will make them
+    except UsageError as exc:
+        problem = str(exc)
+print(json.dumps({"unknown": unknown, "positional": list(ns.user_classes or []), "flags": flags,
+                  "problem": problem}))
 """
 _TIMEOUT_S = 60
 
@@ -32,14 +41,18 @@ def _problem(source: str, text: str) -> UsageError:
     return UsageError(f"{source}: key 'extra' {text} (see `locust -f locustfiles/chat.py --help`)")
 
 
-def check_extra(extra: tuple[str, ...], source: str) -> None:
+def check_extra(extra: tuple[str, ...], source: str, options: tuple[str, ...] = ()) -> None:
     """Every flag in `extra` is one Locust (or llmload) knows and its value parses; else
-    UsageError naming the flag (and the nearest known one)."""
+    UsageError naming the flag (and the nearest known one). With `options` (the chat options
+    the campaign writes on the master's command line), llmload's own checks run on them and
+    `extra` together, as the master will run them: a value it would refuse (a negative
+    timeout, an --extra-body that sets `stream`) is refused now, not after the master and
+    workers started."""
     if not extra:
         return
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}
     done = subprocess.run(
-        [sys.executable, "-c", _PARSE, json.dumps(list(extra))],
+        [sys.executable, "-c", _PARSE, json.dumps([*options, *extra])],
         capture_output=True, text=True, env=env, timeout=_TIMEOUT_S, check=False,
     )  # fmt: skip
     if done.returncode != 0:  # argparse refused a value: its last line says which
@@ -62,3 +75,5 @@ def check_extra(extra: tuple[str, ...], source: str) -> None:
             f"has value(s) without a flag: {', '.join(repr(s) for s in stray)}; give each flag "
             "and its value as list items, e.g. ['--stop-timeout', '10']",
         )
+    if found.get("problem"):
+        raise UsageError(f"{source}: key 'extra': {found['problem']}")

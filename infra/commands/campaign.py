@@ -56,12 +56,16 @@ def run(args: argparse.Namespace) -> int:
         campaign = _with_repeat(campaign, args.repeat)
     if args.workers is not None:
         campaign = _with_workers(campaign, args.workers)
-    check_extra(campaign.extra, str(args.config))  # Locust's parser, before anything starts
+    from locustfiles.options.table import command_line
+
+    written = command_line({**campaign.settings(), "workload": campaign.workload[0].spec})
+    check_extra(campaign.extra, str(args.config), tuple(written))  # before anything starts
+    out_root = args.out or Path(campaign.report_dir)
+    check_report_dir(out_root, str(args.config))
     if args.validate:
         names = ", ".join(w.name for w in campaign.workload)
         print(f"{args.config}: valid ({len(campaign.workload)} workload(s): {names})")
         return 0
-    out_root = args.out or Path(campaign.report_dir)
     try:
         with sigterm_interrupts():
             results = run_campaign(campaign, out_root, echo=_echo)
@@ -125,3 +129,27 @@ def _with_workers(campaign: Any, text: str) -> Any:
 
 def _echo(line: str) -> None:
     print(f"llmload campaign: {line}", flush=True)
+
+
+def check_report_dir(path: Path, source: str) -> None:
+    """The campaign's report folder can be made: its nearest existing ancestor is a folder
+    that takes a new entry (tried with a temporary folder, removed at once). UsageError
+    otherwise, before anything starts (`report_dir: /proc/nope` was a traceback after the
+    first run)."""
+    import tempfile
+
+    from analysis.kernel.errors import UsageError
+
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    reason = f"{ancestor} is not a folder"
+    if ancestor.is_dir():
+        try:
+            Path(tempfile.mkdtemp(prefix=".llmload-check-", dir=ancestor)).rmdir()
+            return
+        except OSError as exc:
+            reason = f"{ancestor}: {exc.strerror or exc}"
+    raise UsageError(
+        f"{source}: report_dir {path} cannot be made ({reason}); give a folder you can write"
+    )
