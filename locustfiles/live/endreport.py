@@ -169,10 +169,22 @@ def on_run_end_web(board: Board, reports: Reports) -> ReportJob | None:
     return job
 
 
+def _headless_end(environment: Any, board: Board) -> None:
+    """A report that --report-dir asked for and that could not be built fails the run (exit
+    1, unless it already has a status): its error line alone left exit 0 before."""
+    job = on_run_end_headless(board)
+    if (
+        job is not None
+        and job.status != "done"
+        and not getattr(environment, "process_exit_code", None)
+    ):
+        environment.process_exit_code = 1
+
+
 def register(environment: Any, board: Board, reports: Reports) -> None:
     """Master: after the run's finish (register after chat.py's test_stop listener)."""
     if getattr(environment, "web_ui", None) is not None:
         environment.events.test_stop.add_listener(lambda **_: on_run_end_web(board, reports))
     else:
-        environment.events.test_stop.add_listener(lambda **_: on_run_end_headless(board))
+        environment.events.test_stop.add_listener(lambda **_: _headless_end(environment, board))
     environment.events.quitting.add_listener(lambda **_: reports.stop_building())

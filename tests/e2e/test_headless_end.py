@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 
-from tests.support.chat import run_locust, start_sim
+from tests.support.chat import BIN, LOCUSTFILE, reap, run_locust, start_sim, wait_for
 
 
 def test_a_headless_run_prints_its_steps_and_writes_its_report(tmp_path: Path) -> None:
@@ -57,3 +59,31 @@ def test_without_report_dir_the_command_is_printed_and_nothing_built(tmp_path: P
     )
     assert "report written to" not in result.output
     assert len(re.findall(r"llmload step 0 \[live sketch", result.output)) == 1
+
+
+def test_a_report_dir_that_goes_away_mid_run_fails_the_run(tmp_path: Path) -> None:
+    """Issue 36: --report-dir made unusable mid-run gave an error line and exit 0. Here it is
+    replaced by a file while the run goes: the report cannot be built, and the run exits 1."""
+    report_dir = tmp_path / "report"
+    report_dir.mkdir()
+    with start_sim(tmp_path / "sim") as sim:
+        proc = subprocess.Popen(
+            [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+             "--host", sim.url, "--events-uri", str(tmp_path / "runs"),
+             "--spool-dir", str(tmp_path / "spool"), "--steps", "1", "--step-duration", "3",
+             "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(12,8)",
+             "--report-dir", str(report_dir)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        out = ""
+        try:
+            wait_for(lambda: (tmp_path / "runs").exists(), 30, "the run's events folder")
+            time.sleep(0.5)
+            report_dir.rmdir()
+            report_dir.write_text("now a file\n")
+            out, _ = proc.communicate(timeout=90)
+        finally:
+            out += reap(proc)
+    assert proc.returncode == 1, out[-3000:]
+    assert "llmload: error: the report could not be built" in out
+    assert "Traceback" not in out
