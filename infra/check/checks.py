@@ -19,6 +19,7 @@ except bad input: a `--model` the server refuses and does not list raises UsageE
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -67,6 +68,7 @@ class CheckResult:
     detail: str
     required: bool = True
     data: dict[str, Any] = field(default_factory=dict)
+    timed_out: bool = False  # no answer within --timeout (the server may answer nothing)
 
 
 @dataclass
@@ -268,7 +270,8 @@ class Checker:
         answer = self.target.post(self.config.path, self.body(PROMPT, 16, False))
         data: dict[str, Any] = {"http_status": answer.status, "latency_s": answer.elapsed_s}
         if not answer.ok:
-            return CheckResult("non-streaming", "fail", _http(answer), data=data)
+            late = answer.status is None and (answer.error or "").startswith("timeout")
+            return CheckResult("non-streaming", "fail", _http(answer), data=data, timed_out=late)
         try:
             choice = answer.body["choices"][0]
             text = (
@@ -305,7 +308,8 @@ class Checker:
         data = _stream_data(answer)
         if answer.error_kind is not None:
             detail = _stream_failure(answer)
-            return CheckResult("streaming", "fail", detail, data=data)
+            late = answer.error_kind == "timeout" and answer.tokens == 0
+            return CheckResult("streaming", "fail", detail, data=data, timed_out=late)
         if answer.tokens == 0:
             return CheckResult(
                 "streaming", "fail", "HTTP 200 but no output token arrived", data=data
@@ -448,28 +452,41 @@ def _stream_failure(answer: StreamAnswer) -> str:
     return f"{answer.error_kind}: {answer.detail}"
 
 
-def run_checks(config: CheckConfig) -> CheckReport:
-    """Every check in the handbook's order; a server that cannot be reached skips the rest."""
+def run_checks(
+    config: CheckConfig, progress: Callable[[CheckResult], None] | None = None
+) -> CheckReport:
+    """Every check in the handbook's order; a server that cannot be reached, or that answers
+    neither the non-streaming nor the streaming request within --timeout, skips the rest.
+    `progress` hears each result as it comes (a check can take --timeout)."""
     checker = Checker(config)
     checks: list[CheckResult] = []
     report = CheckReport(checker.target.base, checks, checker.learned)
+
+    def add(result: CheckResult) -> None:
+        checks.append(result)
+        if progress is not None:
+            progress(result)
+
     if config.wait_ready:
-        checks.append(checker.ready())
+        add(checker.ready())
         if checks[-1].status == "fail":
             return report
     models = checker.learn_models()
     if models.connect_failed:
-        checks.append(
-            CheckResult("non-streaming", "fail", f"cannot reach the server: {models.error}")
-        )
-        rest = ("streaming", "bad input", "cancellation")
-        checks += [CheckResult(n, "skip", "server unreachable") for n in rest]
+        add(CheckResult("non-streaming", "fail", f"cannot reach the server: {models.error}"))
+        for name in ("streaming", "bad input", "cancellation"):
+            add(CheckResult(name, "skip", "server unreachable"))
         return report
     checker.check_model(models)
     checker.learn_version()
-    checks.append(checker.non_streaming())
-    checks.append(checker.streaming())
-    checks.append(checker.bad_input())
+    add(checker.non_streaming())
+    add(checker.streaming())
+    if checks[-1].timed_out and checks[-2].timed_out:  # it answers nothing: no use waiting more
+        why = f"the server answered neither request within --timeout {config.timeout:g} s"
+        for name in ("bad input", "cancellation"):
+            add(CheckResult(name, "skip", why))
+        return report
+    add(checker.bad_input())
     checker.probe_ignore_eos()
-    checks.append(checker.cancellation())
+    add(checker.cancellation())
     return report

@@ -172,7 +172,7 @@ class Target:
             model=body.get("model"), stream=True, prompt_tokens_requested=None,
             max_tokens=body.get("max_tokens"), prompt_sha256="",
         )  # fmt: skip
-        limits = Limits(connect_timeout=self.timeout, request_timeout=None,
+        limits = Limits(connect_timeout=self.timeout, request_timeout=self.timeout,
                         ttft_timeout=self.timeout, stall_timeout=None,
                         read_timeout=self.timeout)  # fmt: skip
         tap = Tap(on_cancel_point)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--endpoint", default="chat", choices=["chat", "completions"],
                         help="chat: /v1/chat/completions (default), completions: /v1/completions")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                        help="seconds each request (each read of a stream) may take (default 60)")  # fmt: skip
+                        help="seconds each request may take, from its send to its last byte (default 60)")  # fmt: skip
     parser.add_argument("--wait-ready", action="store_true",
                         help="first poll until the server answers a completion; report the time (cold start)")  # fmt: skip
     parser.add_argument("--ready-timeout", type=float, default=None, metavar="S",
@@ -128,6 +129,9 @@ def build_config(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from infra.check import render_json, render_text, run_checks
 
-    report = run_checks(build_config(args))
+    def said(result: Any) -> None:  # each check as it ends: one can take --timeout
+        print(f"llmload check: {result.name}: {result.status}", file=sys.stderr, flush=True)
+
+    report = run_checks(build_config(args), said)
     print(render_json(report) if args.json else render_text(report), end="")
     return 0 if report.ok else EXIT_FAILED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import threading
 import time
@@ -178,3 +179,62 @@ def test_wait_ready_refuses_a_model_the_server_does_not_serve_at_once(
         "give one of them (e.g. --model llmload-sim-tiny) or leave --model out for the first\n"
     )
     assert elapsed < 30, elapsed
+
+
+class _OnlyPings(http.server.BaseHTTPRequestHandler):
+    """Lists a model, then answers every completion 200 and sends `: ping` until the client
+    leaves: no token, ever (issue 36: `llmload check` printed nothing for 301 s)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for _ in range(600):  # bounded: a minute at most, the client leaves long before
+                self.wfile.write(b"8\r\n: ping\n\n\r\n")
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_server_that_only_pings_is_two_announced_timeouts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OnlyPings)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        code = main(["check", f"http://127.0.0.1:{server.server_address[1]}", "--json",
+                     "--timeout", "2"])  # fmt: skip
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    captured = capsys.readouterr()
+    checks = by_name(json.loads(captured.out))
+    assert code != 0
+    assert checks["non-streaming"]["status"] == "fail" and checks["non-streaming"]["timed_out"]
+    assert checks["streaming"]["status"] == "fail" and checks["streaming"]["timed_out"]
+    for name in ("bad input", "cancellation"):
+        assert checks[name]["status"] == "skip"
+        assert "answered neither request within --timeout 2 s" in checks[name]["detail"]
+    said = [line for line in captured.err.splitlines() if line.startswith("llmload check: ")]
+    assert said[:2] == ["llmload check: non-streaming: fail", "llmload check: streaming: fail"]
+    assert elapsed < 30  # bounded: two timeouts of 2 s, not 5 x --timeout
