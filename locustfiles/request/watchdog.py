@@ -51,10 +51,11 @@ class Watch:
 
     def check(self, now: int) -> str | None:
         lim = self.limits
-        if lim.request_timeout and now - self.t0 > lim.request_timeout * 1e9:
-            return "total_timeout"
+        # no token yet and both deadlines past (equal limits): "no first token" says more
         if self.waiting_first and lim.ttft_timeout and now - self.t0 > lim.ttft_timeout * 1e9:
             return "ttft_timeout"
+        if lim.request_timeout and now - self.t0 > lim.request_timeout * 1e9:
+            return "total_timeout"
         # stalls count once tokens flow: before the first one, queueing and prefill are
         # the TTFT timeout's business (and the request timeout's)
         if (

@@ -176,7 +176,7 @@ class UserPool(urllib3.PoolManager):
             sock.settimeout(read_timeout)
             conn.write_at = _perf_ns()
             _send_all(sock, head + payload)
-            return _read_head(self, key, conn)
+            return _read_head(self, key, conn, read_timeout)
         except BaseException as exc:
             conn.close()  # in an unknown state
             if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
@@ -407,10 +407,16 @@ def _stamped_reader(conn: Any) -> tuple[Any, Reader, Callable[[], Any] | None]:
     return stamped
 
 
-def _read_head(pool: UserPool, key: tuple[str, int], conn: Any) -> LeanResponse:
+def _read_head(
+    pool: UserPool, key: tuple[str, int], conn: Any, timeout: float | None = None
+) -> LeanResponse:
     """Read and parse the status line and headers (skipping 1xx interim responses), with
-    the arrival time of the read that completed them."""
+    the arrival time of the read that completed them. `timeout` bounds the whole head from
+    the write, not each read: a server that trickles its headers a byte at a time is cut
+    there (TimeoutError), as one that stays silent is by the socket's own timeout."""
     sock, read, wait = _stamped_reader(conn)
+    deadline = None if timeout is None else conn.write_at + int(timeout * 1e9)
+    shortened = False
     if wait is not None and sock.fileno() >= 0:
         wait()  # the request was just written: its answer cannot be there yet (no read for nothing)
     buf = b""
@@ -425,6 +431,12 @@ def _read_head(pool: UserPool, key: tuple[str, int], conn: Any) -> LeanResponse:
                 raise ProtocolError(
                     "Connection aborted.", BadStatusLine(buf[:40].decode("latin-1"))
                 )
+            if deadline is not None and buf:  # a head in pieces: what is left of its time
+                left = (deadline - _perf_ns()) / 1e9
+                if left <= 0:
+                    raise TimeoutError(f"the response headers did not end within {timeout:g} s")
+                sock.settimeout(left)
+                shortened = True
             data, at = read()
             if not data:
                 conn.close()
@@ -436,6 +448,9 @@ def _read_head(pool: UserPool, key: tuple[str, int], conn: Any) -> LeanResponse:
                 raise ProtocolError("Connection aborted.", reason)
             buf += data
             continue
+        if shortened:
+            sock.settimeout(timeout)  # the body's reads get the timeout they were given
+            shortened = False
         head, buf = buf[:end], buf[end + sep :]
         lines = head.decode("latin-1").splitlines()
         status_line = lines[0].split(None, 2) if lines else []

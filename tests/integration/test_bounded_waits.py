@@ -103,3 +103,28 @@ def test_an_endless_line_is_a_malformed_event_and_closes_the_connection(
     while not closed and time.monotonic() < deadline:
         time.sleep(0.01)
     assert closed == [True]
+
+
+def test_headers_that_trickle_are_cut_at_the_first_token_deadline(
+    raw_server: Callable[[Respond], int],
+) -> None:
+    """Issue 36: a byte of the response head every 0.2 s kept each read under its timeout,
+    so `--request-timeout 2 --ttft-timeout 1` never fired and the request stayed open until
+    the run ended. The head's deadline now covers all of it."""
+    head = HEAD * 4  # long enough to outlast any deadline here at a byte per 0.2 s
+
+    def trickle(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            for byte in head:
+                conn.sendall(bytes([byte]))
+                time.sleep(0.2)
+
+    record = RequestRecord("req-trickle", 0, 1, False, "s", "chat", "m", True, None, 8, "")
+    url = f"http://127.0.0.1:{raw_server(trickle)}/v1/chat/completions"
+    started = time.monotonic()
+    execute(new_pool(), url, chat_body(), {}, record,
+            Limits(request_timeout=2.0, ttft_timeout=1.0))  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert record.error_kind == "ttft_timeout", (record.error_kind, record.error_detail)
+    assert record.http_status is None
+    assert elapsed < 5.0  # the deadline, with room for a loaded machine; it ran 38 s before
