@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import pytest
 
 from tests.support.chat import BIN, run_locust
+from tests.support.store import S3Target
 
 VARIANTS = ("fine", "huge", "negative", "down")
 KEY = "k3y-of-MYAUTH-not-named-like-a-secret"  # --api-key-env MYAUTH: redacted all the same
@@ -204,3 +205,25 @@ def test_a_target_that_answers_the_load_with_pages_stops_the_run(
     assert manifest["status"] == "aborted"
     assert len(requests) < 200 and (requests["error_kind"] == "stream_truncated").all()
     assert set(_OddUsage.answered) <= set(requests["request_id"])  # every answer has its row
+
+
+def test_store_keys_stay_out_of_a_debug_log_and_the_store(
+    odd_usage: str, tmp_path: Path, s3_target: S3Target
+) -> None:
+    """Issue 36: `--loglevel DEBUG` logged the S3 access-key id (boto3's own lines). Every log
+    record now passes the redacting filter: neither key reaches the output or an object."""
+    env = s3_target.env
+    assert len(env["AWS_ACCESS_KEY_ID"]) >= 6 and len(env["AWS_SECRET_ACCESS_KEY"]) >= 6
+    result = run_locust(
+        odd_usage, tmp_path / "events", "--steps", "1", "--step-duration", "1",
+        "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(8,3)",
+        "--loglevel", "DEBUG", "--exit-code-on-error", "0", "--events-uri", s3_target.uri,
+        env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.output[-3000:]
+    assert "botocore" in result.output  # boto3 did log at DEBUG
+    objects = s3_target.objects()
+    assert any(key.endswith("manifest.json") for key in objects)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[name] not in result.output, name
+        assert [k for k, data in objects.items() if env[name].encode() in data] == [], name
