@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.server
 import json
 import subprocess
 import threading
@@ -24,6 +23,7 @@ import pytest
 
 from tests.support.chat import BIN, run_locust
 from tests.support.store import S3Target
+from tests.support.targets import TargetHandler, serving
 
 VARIANTS = ("fine", "huge", "negative", "down")
 KEY = "k3y-of-MYAUTH-not-named-like-a-secret"  # --api-key-env MYAUTH: redacted all the same
@@ -35,32 +35,17 @@ USAGE = {  # the usage each variant puts on its three content events, then on it
 }
 
 
-class _OddUsage(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _OddUsage(TargetHandler):
     answered: ClassVar[dict[str, str]] = {}  # request id -> variant (streamed requests)
     lock = threading.Lock()
     echo = False  # some requests fail with an error event that echoes the Authorization
     page = False  # the load's requests (not the probes) are answered with an HTML page
 
-    def _json(self, status: int, doc: dict[str, Any]) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        if self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
-        else:
-            self._json(404, {"detail": "Not Found"})
-
     def do_POST(self) -> None:
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         words = len(str(request["messages"][-1]["content"]).split())
         if not request.get("stream"):  # the probes: a plain, sound answer
-            self._json(200, {"id": "x", "choices": [{"index": 0, "finish_reason": "stop",
+            self.answer_json(200, {"id": "x", "choices": [{"index": 0, "finish_reason": "stop",
                                                      "message": {"role": "assistant", "content": "a"}}],
                              "usage": {"prompt_tokens": words, "completion_tokens": 1}})  # fmt: skip
             return
@@ -105,23 +90,13 @@ class _OddUsage(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
             self.wfile.flush()
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def odd_usage() -> Iterator[str]:
     _OddUsage.answered.clear()
     _OddUsage.echo = _OddUsage.page = False
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OddUsage)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_OddUsage) as url:
+        yield url
 
 
 def test_usage_that_is_no_token_count_is_recorded_invalid_and_no_row_is_lost(

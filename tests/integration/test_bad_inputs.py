@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import json
 import os
 import re
 import signal
@@ -38,6 +37,7 @@ from analysis.kernel.storage import open_store
 from infra.ports import free_port
 from tests.support.chat import BIN, LOCUSTFILE, ROOT, SimProcess
 from tests.support.runs import RunBuilder
+from tests.support.targets import TargetHandler
 
 TIME_LIMIT_S = 30
 ERROR_LINE = re.compile(r"^(?:llmload|locust)(?: [a-z-]+)?: error: ")
@@ -490,36 +490,17 @@ class _Page(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _Refuses(http.server.BaseHTTPRequestHandler):
+class _Refuses(TargetHandler):
     """Lists model `m`; refuses every chat completion with 401 (a key it does not take) and
     has no other POST endpoint (404), as a server behind a key, or not OpenAI-compatible."""
-
-    protocol_version = "HTTP/1.1"
-
-    def _answer(self, status: int, doc: dict[str, object]) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        if self.path == "/v1/models":
-            self._answer(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
-        else:
-            self._answer(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path == "/v1/chat/completions":
-            self._answer(401, {"error": {"message": "Incorrect API key provided",
-                                         "type": "invalid_request_error"}})  # fmt: skip
+            self.answer_json(401, {"error": {"message": "Incorrect API key provided",
+                                             "type": "invalid_request_error"}})  # fmt: skip
         else:
-            self._answer(404, {"detail": "Not Found"})
-
-    def log_message(self, *args: object) -> None:
-        pass
+            self.answer_json(404, {"detail": "Not Found"})
 
 
 def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 import time
@@ -13,6 +12,7 @@ import pytest
 from infra.cli import main
 from infra.ports import free_port
 from tests.support.sim import SimFactory
+from tests.support.targets import TargetHandler, serving
 
 
 def check(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[int, dict[str, Any]]:
@@ -181,19 +181,9 @@ def test_wait_ready_refuses_a_model_the_server_does_not_serve_at_once(
     assert elapsed < 30, elapsed
 
 
-class _OnlyPings(http.server.BaseHTTPRequestHandler):
+class _OnlyPings(TargetHandler):
     """Lists a model, then answers every completion 200 and sends `: ping` until the client
     leaves: no token, ever (issue 36: `llmload check` printed nothing for 301 s)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        body = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -209,24 +199,14 @@ class _OnlyPings(http.server.BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 def test_a_server_that_only_pings_is_two_announced_timeouts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OnlyPings)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(_OnlyPings) as url:
         started = time.monotonic()
-        code = main(["check", f"http://127.0.0.1:{server.server_address[1]}", "--json",
-                     "--timeout", "2"])  # fmt: skip
+        code = main(["check", url, "--json", "--timeout", "2"])
         elapsed = time.monotonic() - started
-    finally:
-        server.shutdown()
-        server.server_close()
     captured = capsys.readouterr()
     checks = by_name(json.loads(captured.out))
     assert code != 0
