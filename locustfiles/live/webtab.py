@@ -24,6 +24,9 @@ from locustfiles.live.endreport import Reports
 from locustfiles.live.page import PAGE
 
 TAB_KEY = "llmload"
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body the master's web UI reads (its start form is a few KiB): werkzeug
+refuses more with 413, whatever the framing (a chunked body has no Content-Length to check)."""
 
 # keys are single lowercase words: Locust's UI camel-cases the keys of what it polls
 TABLE = [
@@ -161,6 +164,7 @@ def register(environment: Any, board: Board, reports: Reports) -> None:
     from flask import Blueprint, Response, jsonify, request, send_from_directory
 
     web_ui = environment.web_ui
+    web_ui.app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     web_ui.template_args["extended_tabs"] = [{"title": "LLM", "key": TAB_KEY}]
     web_ui.template_args["extended_tables"] = [
         {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in TABLE]}

@@ -152,3 +152,41 @@ def test_a_rate_run_started_from_the_web_ui_sends_its_schedule(tmp_path: Path) -
         length_s = (step["ended_at_ns"] - step["started_at_ns"]) / 1e9
         assert abs(len(rows) - step["rate"] * length_s) <= 1.5
         assert rows["intended_ns"].notna().all()
+
+
+def test_the_master_web_ui_caps_a_body_whatever_its_framing(tmp_path: Path) -> None:
+    """Issue 36 (every body the master receives is capped): a chunked POST of 64 MiB to the
+    start form, with no Content-Length to refuse it by, is not read whole: the master's
+    memory does not grow by it, and it keeps serving."""
+    import http.client
+
+    import psutil
+
+    port = free_port()
+    log = (tmp_path / "locust.log").open("w")
+    locust = subprocess.Popen(
+        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--host", "http://127.0.0.1:9",
+         "--web-host", "127.0.0.1", "--web-port", str(port),
+         "--events-uri", str(tmp_path / "runs"), "--spool-dir", str(tmp_path / "spool")],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/")
+        before = psutil.Process(locust.pid).memory_info().rss
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        pieces = (b"user_count=1&" + b"x" * (1 << 20) for _ in range(64))  # 64 MiB, chunked
+        try:
+            conn.request("POST", "/swarm", body=pieces, encode_chunked=True,
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+            status = conn.getresponse().status
+        except (BrokenPipeError, ConnectionResetError):
+            status = 413  # refused and closed while the rest was still being sent
+        finally:
+            conn.close()
+        grown = psutil.Process(locust.pid).memory_info().rss - before
+        assert grown < 16 << 20, (status, grown)  # a body held whole would be 64 MiB or more
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).close()  # still serving
+    finally:
+        locust.send_signal(signal.SIGINT)
+        locust.wait(20)
+        log.close()
