@@ -212,7 +212,8 @@ def step_verdict(
             f"{name}: {overloaded} of {requests} request(s) ({overloaded / requests:.1%}) were "
             f"rejected (429/503) or timed out (limit {limits['overload']:.1%})"
         )
-    if row["group"] == "step" and requests and not row.get("ok"):
+    if row["group"] == "step" and requests and not row.get("ok") and not any(found.values()):
+        # nothing succeeded and nothing above explains it (an overload says why already)
         found[FAILED].append(
             f"{name}: none of its {requests} request(s) succeeded{_top_error(row)}: nothing "
             "was measured"

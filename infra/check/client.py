@@ -20,6 +20,10 @@ from locustfiles.request.errors import TRANSPORT, describe
 from locustfiles.request.exchange import Reply, exchange
 from locustfiles.request.record import RequestRecord
 
+WHOLE = 10
+"""A streamed check's whole request may take this many times --timeout (each read and the
+first token get --timeout itself): bounded, even for a server that trickles tokens forever."""
+
 
 @dataclass
 class Answer:
@@ -172,7 +176,7 @@ class Target:
             model=body.get("model"), stream=True, prompt_tokens_requested=None,
             max_tokens=body.get("max_tokens"), prompt_sha256="",
         )  # fmt: skip
-        limits = Limits(connect_timeout=self.timeout, request_timeout=self.timeout,
+        limits = Limits(connect_timeout=self.timeout, request_timeout=self.timeout * WHOLE,
                         ttft_timeout=self.timeout, stall_timeout=None,
                         read_timeout=self.timeout)  # fmt: skip
         tap = Tap(on_cancel_point)

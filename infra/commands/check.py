@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--endpoint", default="chat", choices=["chat", "completions"],
                         help="chat: /v1/chat/completions (default), completions: /v1/completions")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                        help="seconds each request may take, from its send to its last byte (default 60)")  # fmt: skip
+                        help="seconds each request may take (a stream: to its first token, and each read; 10x in all) (default 60)")  # fmt: skip
     parser.add_argument("--wait-ready", action="store_true",
                         help="first poll until the server answers a completion; report the time (cold start)")  # fmt: skip
     parser.add_argument("--ready-timeout", type=float, default=None, metavar="S",
