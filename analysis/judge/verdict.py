@@ -13,8 +13,8 @@ A pipeline cannot read warnings; it reads a verdict (docs/reports.md, "Verdicts"
   fraction;
 - `server-overloaded`: the server turned requests away or let them time out: queue
   rejections (429/503) and timeouts over a share of the step's requests;
-- `failed`: the step sent requests and not one succeeded (every answer an error of another
-  kind: a page instead of a stream, a refusal, a malformed body): nothing was measured;
+- `failed`: the step sent requests and not one succeeded, and no cause above explains it (a
+  page instead of a stream, a refusal, a malformed body): nothing was measured;
 - `valid`: none of these.
 
 The worst comes first: incomplete, client-limited, server-overloaded, valid. The run's verdict
