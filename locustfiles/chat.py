@@ -11,7 +11,6 @@ piece the others it needs, and registers their handlers with Locust.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +41,7 @@ from locustfiles.run.protocol import (
     MSG_STEP_QUERY,
     MSG_WORKER_FAILED,
 )
-from locustfiles.run.secrets import redact_logs, secret_values
+from locustfiles.run.secrets import redact_logs, run_secrets
 from locustfiles.worker.context import failure_for
 from locustfiles.worker.masterwatch import MasterWatch
 from locustfiles.worker.side import WorkerSide
@@ -188,7 +187,7 @@ def _preflight_at_start(environment: Any, master: MasterSide) -> None:
     runner = environment.runner
     try:
         options = chat_options.from_parsed(parsed)
-        redact_logs(secret_values(os.environ, (options.api_key_env,)))  # before any request
+        redact_logs(run_secrets(options.api_key_env))  # before any request
         if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
             run_id = master.choose_run_id(options.run_id, run_id_taken(options))
             probes = preflight(options, environment.host or "", run_id,
@@ -235,7 +234,7 @@ def _check_web_ui_starts(environment: Any, master: MasterSide) -> None:
         try:
             parsed = form_namespace(environment.parsed_options, request.form)
             options = chat_options.from_parsed(parsed)
-            redact_logs(secret_values(os.environ, (options.api_key_env,)))
+            redact_logs(run_secrets(options.api_key_env))
             run_id = master.choose_run_id(options.run_id, run_id_taken(options))
             probes = preflight(options, host, run_id,
                                sends_requests=not isinstance(environment.runner, MasterRunner))  # fmt: skip

@@ -26,7 +26,6 @@ the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +48,7 @@ from locustfiles.run.probe import (
     send_stream_probe,
     served_models,
 )
-from locustfiles.run.secrets import redact, secret_values
+from locustfiles.run.secrets import redact, run_secrets
 from locustfiles.sink.checks import check_spool, check_takes_files, store_reason
 from locustfiles.sink.eventsink import default_spool_dir
 from locustfiles.traffic.prompts import PromptBuilder
@@ -172,7 +171,7 @@ def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> P
                     ttft_timeout=options.ttft_timeout or None,
                     stall_timeout=options.stall_timeout or None, read_timeout=bound,
                     max_event_bytes=options.max_event_bytes)  # fmt: skip
-    secrets = secret_values(os.environ, (options.api_key_env,))
+    secrets = run_secrets(options.api_key_env)
     pool = new_pool()
     try:
         record, probe = send_stream_probe(pool, "first_request", host.rstrip("/") + options.path,

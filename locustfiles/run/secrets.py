@@ -13,6 +13,7 @@ secret.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping
 
@@ -68,6 +69,12 @@ def secret_values(environ: Mapping[str, str], names: Iterable[str] = ()) -> tupl
         and len(v) >= MIN_SECRET_LEN
     }
     return tuple(sorted(values, key=len, reverse=True))
+
+
+def run_secrets(api_key_env: str) -> tuple[str, ...]:
+    """The secrets of a run in this process: the secret-named variables' values and the key
+    `--api-key-env` names (`api_key_env`)."""
+    return secret_values(os.environ, (api_key_env,))
 
 
 def redact(text: str, secrets: tuple[str, ...], replacement: str = "<redacted>") -> str:

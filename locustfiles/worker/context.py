@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from locustfiles.request.errors import (
 from locustfiles.request.record import RequestRecord, new_request_id
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.run.protocol import StepState
-from locustfiles.run.secrets import redact, redact_logs, secret_values
+from locustfiles.run.secrets import redact, redact_logs, run_secrets
 from locustfiles.sink.eventsink import EventSink, SinkConfig
 from locustfiles.sink.warmup import (
     freeze_gc,
@@ -87,7 +86,7 @@ class WorkerContext:
             stall_timeout=options.stall_timeout,
             max_event_bytes=options.max_event_bytes,
         )
-        self._secrets = secret_values(os.environ, (options.api_key_env,))
+        self._secrets = run_secrets(options.api_key_env)
         redact_logs(self._secrets)  # this process's log, Locust's failure lines included
         self.target = TargetView(  # the probes and what they learned (target.py)
             options, host.rstrip("/"), self.worker_id, self.limits, self.build.prompts,
