@@ -4,6 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.llmload-installed
 PYTEST_ARGS ?=
+PYTEST_JOBS ?= 2
+XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
 ENGINE_VENV  := .venv-engine
 ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
@@ -20,8 +22,10 @@ $(STAMP): pyproject.toml setup.py locustfiles/request/_ssefast.c infra/setup_sys
 	bash infra/setup_system.sh
 	@touch $(STAMP)
 
+# The default and slow suites run their test files on PYTEST_JOBS processes (pytest-xdist; a
+# file's tests stay together, so a module's fixtures start once). PYTEST_JOBS=0: one process.
 test: setup
-	$(BIN)/python -m pytest -m "not slow and not engine and not multihost and not containers" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not engine and not multihost and not containers" $(XDIST) $(PYTEST_ARGS)
 
 # A campaign across hosts: each role in a network namespace of its own (root, iproute2;
 # libfaketime for the skewed-clock worker). Skipped, saying why, where namespaces cannot be made.
@@ -37,9 +41,11 @@ test-containers: setup
 	@bash tests/containers/setup_host.sh $(BIN)
 	$(BIN)/python -m pytest -m containers tests/containers $(PYTEST_ARGS)
 
-# Long end-to-end suites (capacity searches, workers joining, long arrival schedules).
+# Long end-to-end suites (capacity searches, workers joining, long arrival schedules); the
+# `alone` ones (statistics over timings) after the rest, one at a time.
 test-slow: setup
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "slow and not alone" $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "slow and alone" $(PYTEST_ARGS)
 
 # Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed.
 test-min:

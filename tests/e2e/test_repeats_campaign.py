@@ -72,6 +72,7 @@ events_uri: {events}
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # interval coverage over timings: nothing beside it
 def test_five_repeats_give_intervals_that_contain_the_configured_ttft(tmp_path: Path) -> None:
     events, reports = tmp_path / "runs", tmp_path / "reports"
     with start_sim(tmp_path / "sim", *SIM_ARGS) as sim:
