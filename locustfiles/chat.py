@@ -128,7 +128,7 @@ def setup(environment: Any) -> Llmload:
     worker = WorkerSide(environment, live.recorder, lambda r: fire_request(environment, r))
     master = MasterSide(environment, board, worker.in_flight) if _is_master(runner) else None
     if master is not None:
-        worker.local_probes = master.add_probes  # one process: the worker's probes, directly
+        worker.local_probes = master.local_ready  # one process: the worker's probes, directly
     environment.llmload = Llmload(board, master, worker)
     if isinstance(environment.shape_class, StepShape):
         environment.shape_class.master = master

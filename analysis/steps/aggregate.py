@@ -27,6 +27,7 @@ workers. No data gives NaN (None in JSON), never 0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -49,7 +50,7 @@ from analysis.derive.sessions import (
     without_history,
 )
 from analysis.derive.stats import DistributionSummary, SortedSamples
-from analysis.derive.windows import Window, plan_steps, request_span
+from analysis.derive.windows import StepPlan, Window, plan_steps, request_span
 from analysis.derive.workers import SATURATED_LAG_MS, WorkerHealth, stall_effect, stall_phases
 from analysis.kernel.schema import (
     CLIENT_PHASE_COLUMNS_1_4,
@@ -289,6 +290,23 @@ def _rate(count: float, window: Window | None) -> float:
     return float(count) / window.length_s
 
 
+def _schedule_window(
+    plan: StepPlan, entry: Mapping[str, Any] | None, arrivals: int
+) -> Window | None:
+    """A trace replay's step: the part of its window its arrivals were due in. The trace's
+    schedule ends at its last row (`arrivals` rows at the step's `rate`, which is rows / the
+    replayed span), while the step runs on for its last requests to finish; its achieved
+    rate is over the schedule, not the tail. None for every other step (its arrivals are due
+    all through the window)."""
+    window = plan.window
+    if window is None or not plan.rate or not entry or entry.get("arrival") != "trace":
+        return None
+    end = int(entry["started_at_ns"] + arrivals / plan.rate * 1e9)
+    if end >= window.end_ns:
+        return None
+    return Window(window.start_ns, max(end, window.start_ns), window.source)
+
+
 def _group_row(
     a: _Arrays,
     run: RunData,
@@ -306,12 +324,14 @@ def _group_row(
     mode: str | None = None,
     rate: float | None = None,
     dropped_in: np.ndarray | None = None,
+    schedule: Window | None = None,
 ) -> dict[str, Any]:
     """One summary row. `tagged`, `members`: the group's sent requests (dropped arrivals
     excluded), all and those of the window; `eligible`: sent requests whose output may count
     towards the group's throughput (non-cold for steps, cold for the cold group);
-    `dropped_in`: a rate step's arrivals dropped inside its window. `mode` is None for the
-    cold group. `chunk`: what the chunks say of the group (ITL, ICL, tokens in its window).
+    `dropped_in`: a rate step's arrivals dropped inside its window; `schedule`: the part of
+    the window its arrivals were due in, when shorter (a trace: _schedule_window). `mode` is
+    None for the cold group. `chunk`: what the chunks say of the group (ITL, ICL, tokens in its window).
     Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES."""
     req = run.requests
     latency = members & a.ok  # the successful requests of the window
@@ -322,7 +342,7 @@ def _group_row(
         "concurrency": concurrency,
         "mode": mode,
         "rate": rate,
-        "rate_achieved": _rate(float((members & a.arrival).sum()), window)
+        "rate_achieved": _rate(float((members & a.arrival).sum()), schedule or window)
         if mode
         else float("nan"),
     }
@@ -630,10 +650,12 @@ def aggregate_steps(
         members = tagged & in_window
         dropped_in = not_cold & a.dropped & (step_col == plan.step) & in_window
         steady |= members | dropped_in
+        schedule = _schedule_window(plan, step_entry(run.manifest, plan.step),
+                                    int((not_cold & a.arrival & (step_col == plan.step)).sum()))  # fmt: skip
         groups.append({"group": "step", "step": plan.step, "concurrency": plan.concurrency,
                        "window": plan.window, "tagged": tagged, "members": members,
                        "eligible": not_cold & sent_rows, "mode": plan.mode, "rate": plan.rate,
-                       "dropped_in": dropped_in})  # fmt: skip
+                       "dropped_in": dropped_in, "schedule": schedule})  # fmt: skip
     masks = _model_masks(req, sent_rows)
     if by is None:
         warnings.extend(_mixed_models_warning(masks))

@@ -100,8 +100,7 @@ class RunCoordinator:
             },  # fmt: skip
             workers=self._sharing_clients_count,
             step_stats=self._step_stats,
-            clocks_known=lambda: all(c in self.clocks for c in self._sharing_clients()
-                                     if c != "local"),
+            not_ready=self._not_ready,
             pause=self._pause,
             in_flight=self._in_flight,
             drain_timeout_s=min(options.request_timeout, DRAIN_TIMEOUT_S),
@@ -114,6 +113,7 @@ class RunCoordinator:
         self._in_flight_reports: dict[str, tuple[int, int]] = {}  # client -> (pause id, n)
         self.current: dict[str, Any] | None = None
         self.workers: dict[str, dict[str, Any]] = {}  # client id -> hello/finished data
+        self.ready: set[str] = set()  # clients whose probes are done ("local": one process)
         self.finished: dict[str, dict[str, Any]] = {}
         self._all_finished = gevent.event.Event()
         self._expected: set[str] = set()
@@ -234,6 +234,12 @@ class RunCoordinator:
         if clients is None:
             return ["local"]
         return sorted(c.id for c in clients.all if c.state != "missing")
+
+    def _not_ready(self) -> list[str]:
+        """The sharing clients not yet ready for a rate step's schedule: their clock offset
+        unmeasured (a worker process) or their probes not done (`ready`, MSG_PROBES)."""
+        return [c for c in self._sharing_clients()
+                if (c != "local" and c not in self.clocks) or c not in self.ready]  # fmt: skip
 
     def _sharing_clients_count(self) -> int:
         return len(self._sharing_clients())

@@ -166,6 +166,13 @@ class MasterSide:
     def on_probes(self, environment: Any, msg: Any, **_: Any) -> None:
         data = msg.data if isinstance(msg.data, dict) else {}
         self.add_probes(data.get("probes") or [])
+        if data.get("ready"):
+            self.with_coordinator(lambda c: c.ready.add(msg.node_id))
+
+    def local_ready(self, probes: list[Any]) -> None:
+        """One process: its worker side's probes are done (the local runner's "ready")."""
+        self.add_probes(probes)
+        self.with_coordinator(lambda c: c.ready.add("local"))
 
     def on_worker_failed(self, environment: Any, msg: Any, **_: Any) -> None:
         """A worker cannot start (its tokenizer, dataset or store): stop the run."""

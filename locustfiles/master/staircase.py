@@ -28,7 +28,7 @@ log = logging.getLogger("llmload.steps")
 
 COLD_TIMEOUT_S = 120.0
 RATE_LEAD_S = 0.25  # a rate step's schedule starts this long after its announcement
-CLOCK_WAIT_S = 5.0  # how long the first rate step waits for the workers' clock offsets
+READY_WAIT_S = 30.0  # how long the first rate step waits for every worker to be ready
 
 
 class Staircase:
@@ -43,6 +43,8 @@ class Staircase:
     In a rate search, a level that missed the SLO leaves a queue at the server that would
     fail the next level as well: the workers are paused (`pause`) until their requests in
     flight (`in_flight`) have ended, at most `drain_timeout_s`, before the next level starts.
+    After the last rate step the same pause and wait come before the run ends, so that its
+    requests in flight are not cut (the longest ones, most often).
     """
 
     def __init__(
@@ -58,7 +60,7 @@ class Staircase:
         open_loop: dict[str, Any] | None = None,  # arrival, max_concurrency, over_cap
         workers: Any = lambda: 1,  # callable() -> workers sharing a rate step
         step_stats: Any = None,  # callable(step) -> (live stats or None, finished requests)
-        clocks_known: Any = lambda: True,  # callable() -> every worker's clock offset measured
+        not_ready: Any = lambda: [],  # callable() -> the workers not ready for a schedule
         pause: Any = lambda step: None,  # callable(step): tell workers to send nothing
         in_flight: Any = lambda: 0,  # callable() -> open-loop requests in flight (None: unknown)
         drain_timeout_s: float = 600.0,
@@ -77,12 +79,13 @@ class Staircase:
         self._finished_requests = finished_requests
         self._workers = workers
         self._step_stats = step_stats or (lambda step: (None, 0))
-        self._clocks_known = clocks_known
+        self._not_ready = not_ready
         self._pause = pause
         self._in_flight = in_flight
         self.drain_timeout_s = drain_timeout_s
         self._before_step = before_step
-        self._draining: tuple[float, int] | None = None  # (next level, since) while draining
+        self._draining: tuple[float | None, int] | None = None  # (next level or None: the
+        # run ends, since) while the requests in flight drain
         self._first_tick_ns: int | None = None
         self.min_requests = int(getattr(self.plan, "min_requests", 0) or 0)
         self.index: int | None = None  # COLD_STEP, 0.., or None before the start
@@ -159,8 +162,8 @@ class Staircase:
         now = time.time_ns()
         if self.index == COLD_STEP:
             self.cold["ended_at_ns"] = now
-        elif self.index is not None and self.timeline:
-            self.timeline[-1]["ended_at_ns"] = now
+        elif self.index is not None and self.timeline and self.timeline[-1]["ended_at_ns"] is None:
+            self.timeline[-1]["ended_at_ns"] = now  # (once: a stop while draining is later)
 
     def on_spawned(self, user_count: int) -> None:
         if (
@@ -189,14 +192,22 @@ class Staircase:
         return finished >= self.min_requests or elapsed >= MAX_STRETCH * self.duration_ns
 
     def _may_start(self, now: int) -> bool:
-        """Rate steps begin once every worker's clock offset is known (their schedules start
-        on the master's time), or after CLOCK_WAIT_S without it."""
-        if not self.rate_mode or self._clocks_known():
+        """Rate steps begin once every worker is ready to meet their schedule: its clock
+        offset known (schedules start on the master's time) and its probes done (models,
+        calibration: otherwise the first arrivals wait for them and are late). After
+        READY_WAIT_S they begin anyway, saying who was not ready."""
+        if not self.rate_mode:
+            return True
+        late = self._not_ready()
+        if not late:
             return True
         waited = now - (self._first_tick_ns or now)
-        if waited < CLOCK_WAIT_S * 1e9:
+        if waited < READY_WAIT_S * 1e9:
             return False
-        log.warning("llmload: some worker clocks are still unmeasured; the rate steps start anyway")
+        log.warning("llmload: %d worker(s) not ready after %.0f s (clock offset unmeasured or "
+                    "probes not done: %s); the rate steps start anyway, and their first "
+                    "arrivals may be late (slip_ms says by how much)", len(late), READY_WAIT_S,
+                    ", ".join(late))  # fmt: skip
         return True
 
     def tick(self) -> tuple[int, float] | None:
@@ -231,11 +242,15 @@ class Staircase:
                 waiting_level, since = self._draining
                 drained = self._in_flight() == 0
                 if drained or now - since > self.drain_timeout_s * 1e9:
+                    final = waiting_level is None
                     if not drained:
                         log.warning("llmload: requests of step %d still in flight after %.0f s; "
-                                    "step %d starts anyway", self.index, self.drain_timeout_s,
-                                    self.index + 1)  # fmt: skip
+                                    "%s anyway", self.index, self.drain_timeout_s,
+                                    "the run ends" if final else f"step {self.index + 1} starts")  # fmt: skip
                     self._draining = None
+                    if final:
+                        self.done = self.completed = True
+                        return None
                     self._begin(self.index + 1, waiting_level, after_pause=True)
                 return self.target, SPAWN_RATE
             if self._step_over(now):
@@ -243,6 +258,14 @@ class Staircase:
                 ran_s = (now - self.started_at_ns) / 1e9  # the step's requests ran in it
                 level = self.plan.next_level(self.index, stats, finished, elapsed_s=ran_s)
                 self._end_current()
+                if level is None and self.rate_mode:
+                    # the last open-loop step: its requests in flight finish (bounded), rather
+                    # than being cut by the run's end (the longest ones, biasing the tail)
+                    self._draining = (None, now)
+                    self._pause(self.index)
+                    log.info("llmload: step %d ended; waiting for its requests in flight "
+                             "before the run ends", self.index)  # fmt: skip
+                    return self.target, SPAWN_RATE
                 if level is None:
                     self.done = self.completed = True
                     return None

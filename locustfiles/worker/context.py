@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gevent
 import gevent.lock
 import urllib3
 
 from locustfiles.live.groups import Observer, Recorder
 from locustfiles.options.options import ChatOptions
-from locustfiles.request.client import Limits, execute
+from locustfiles.request.client import Limits, execute, new_pool
 from locustfiles.request.errors import (
     no_completion,
     refused_status,
@@ -145,6 +146,24 @@ class WorkerContext:
     def ensure_ready(self, pool: urllib3.PoolManager) -> None:
         """The probes, once, before the first request (target.py; the dispatcher calls it)."""
         self.target.ensure_ready(pool)
+
+    def probe_soon(self) -> None:
+        """The probes now, in a greenlet, on a pool of their own: when the run starts, not at
+        the first request. The master starts a rate step's schedule once every worker said it
+        is ready (staircase.py), so the first arrivals do not wait for the probes. A request
+        sent meanwhile (a closed-loop user) waits for the same probes (one lock)."""
+
+        def probe() -> None:
+            pool = new_pool()
+            try:
+                self.ensure_ready(pool)
+            except Exception:  # the first request probes again, and says why if it fails
+                log.warning("llmload: probing %s failed; the first request probes again",
+                            self.target.base_url, exc_info=True)  # fmt: skip
+            finally:
+                pool.clear()
+
+        gevent.spawn(probe).name = "llmload-probes"
 
     # -- requests ----------------------------------------------------------------------
     def run_session(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,

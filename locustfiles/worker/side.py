@@ -111,6 +111,7 @@ class WorkerSide:
         if isinstance(runner, WorkerRunner):
             runner.send_message(MSG_HELLO, ctx.identity)
             runner.send_message(MSG_STEP_QUERY, {})
+        ctx.probe_soon()  # now, not at the first request: a rate step's clock waits for it
 
     def _cannot_start(self, identity: dict[str, Any], cause: str) -> None:
         """Tell the master (or, in one process, stop the run) and exit non-zero."""
@@ -160,8 +161,8 @@ class WorkerSide:
             return self.local_probes or (lambda probes: None)
 
         def send(probes: list[dict[str, Any]]) -> None:
-            try:
-                runner.send_message(MSG_PROBES, {"probes": probes})
+            try:  # "ready": its probes are done (the master starts a rate step's clock then)
+                runner.send_message(MSG_PROBES, {"probes": probes, "ready": True})
             except RPCError:  # they travel again with the finish report
                 log.warning("llmload: could not send the probes to the master")
 

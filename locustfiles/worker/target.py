@@ -95,7 +95,7 @@ class TargetView:
                     log.warning("llmload: probing %s failed (%s); sending requests anyway",
                                 self.base_url, type(exc).__name__)  # fmt: skip
             self._ready = True
-            if self.report_probes is not None and self.probes:
+            if self.report_probes is not None:  # even none: it says this worker is ready
                 self.report_probes(list(self.probes))  # to the master's manifest
 
     def _note_probe(self, probe: ProbeRecord) -> None:

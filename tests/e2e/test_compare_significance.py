@@ -18,7 +18,10 @@ import pytest
 from infra.cli import main
 from tests.support.chat import run_locust, start_sim
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # long (10-35 s a test), timing statistics: `make test-slow`
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.alone,
+]  # long (10-35 s a test), timing statistics: `make test-slow`
 
 SIM = ("--decode-base-ms", "20", "--prefill-per-token-us", "50", "--decode-per-seq-us", "0",
        "--decode-per-kv-token-ns", "0", "--prefix-cache", "off")  # fmt: skip

@@ -137,7 +137,8 @@ def test_rate_steps_announce_a_future_start_and_one_user_per_worker(clock: Clock
     assert second["rate"] == 10.0 and second["started_at_ns"] == clock.now + lead
     assert first["ended_at_ns"] == second["started_at_ns"]  # no gap between the schedules
     clock.now += lead + 10 * 10**9
-    assert staircase.tick() is None and staircase.completed
+    assert staircase.tick() is not None and not staircase.done  # its requests in flight end
+    assert staircase.tick() is None and staircase.completed  # (none here)
 
 
 def test_a_search_step_waits_for_its_requests(clock: Clock) -> None:
@@ -157,6 +158,7 @@ def test_a_search_step_waits_for_its_requests(clock: Clock) -> None:
     assert staircase.index == 1 and staircase.level == 8.0
     finished["n"] = 3
     clock.now += int(RATE_LEAD_S * 1e9) + 40 * 10**9  # 4x the duration: judged anyway
+    staircase.tick()  # the last level: its requests in flight end (none here)
     assert staircase.tick() is None
     assert search.status == "all_passed" and search.probes[1]["few_requests"] is True
 
@@ -200,3 +202,56 @@ def test_a_failed_rate_level_drains_before_the_next(clock: Clock) -> None:
     assert staircase.index == 2 and staircase.level == 15.0
     assert staircase.timeline[1]["ended_at_ns"] == failed_end  # the pause is in no step
     assert staircase.timeline[2]["started_at_ns"] == clock.now + lead
+
+
+def test_the_last_rate_step_lets_its_requests_in_flight_finish(clock: Clock) -> None:
+    """The run's end would cut the requests in flight, the longest ones most often (a trace's
+    last rows): the last open-loop step pauses the workers and waits, at most the drain
+    bound, before the run ends; the step's window still ends at its duration."""
+    in_flight: dict[str, int | None] = {"n": 7}
+    paused: list[int] = []
+    staircase = Staircase(
+        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
+        plan=FixedLevels((5.0,)), mode="rate", workers=lambda: 2,
+        pause=paused.append, in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
+    )  # fmt: skip
+    lead = int(RATE_LEAD_S * 1e9)
+    staircase.tick()
+    clock.now += lead + 10 * 10**9
+    assert staircase.tick() is not None and paused == [0] and not staircase.done
+    ended = staircase.timeline[0]["ended_at_ns"]
+    assert ended == clock.now
+    clock.now += 3 * 10**9
+    in_flight["n"] = None  # a worker has not said yet
+    assert staircase.tick() is not None and not staircase.done
+    in_flight["n"] = 0
+    assert staircase.tick() is None and staircase.completed
+    staircase.stop()
+    assert staircase.timeline[0]["ended_at_ns"] == ended  # the drain is in no step
+    # requests that never end: the run ends after the bound, saying so
+    in_flight["n"] = 3
+    staircase = Staircase(
+        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
+        plan=FixedLevels((5.0,)), mode="rate", pause=paused.append,
+        in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
+    )  # fmt: skip
+    staircase.tick()
+    clock.now += lead + 10 * 10**9
+    staircase.tick()
+    clock.now += 59 * 10**9
+    assert staircase.tick() is not None
+    clock.now += 2 * 10**9
+    assert staircase.tick() is None and staircase.completed
+    # stopped while draining (a signal): the step keeps the end it had
+    staircase = Staircase(
+        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
+        plan=FixedLevels((5.0,)), mode="rate", pause=paused.append,
+        in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
+    )  # fmt: skip
+    staircase.tick()
+    clock.now += lead + 10 * 10**9
+    staircase.tick()
+    ended = staircase.timeline[0]["ended_at_ns"]
+    clock.now += 5 * 10**9
+    staircase.stop()
+    assert staircase.done and staircase.timeline[0]["ended_at_ns"] == ended
