@@ -91,14 +91,18 @@ class ReportJob:
         }
 
 
-def new_job(coordinator: Any, report_dir: str, per_run: bool) -> ReportJob:
-    """The job of a finished coordinator's run; `per_run`: a folder per run under report_dir."""
+def new_job(coordinator: Any, report_dir: str, per_run: bool, *, build: bool = True) -> ReportJob:
+    """The job of a finished coordinator's run; `per_run`: a folder per run under report_dir.
+    Without a report_dir, a job to `build` gets a temporary folder; one only printed gets
+    none (`llmload report`'s default folder, not made here)."""
     run_id = coordinator.run_id
     run_uri = join_uri(coordinator.options.events_uri, run_id)
     if report_dir:
         out = Path(report_dir) / run_id if per_run else Path(report_dir)
-    else:
+    elif build:
         out = Path(tempfile.mkdtemp(prefix=f"llmload-report-{run_id}-"))
+    else:
+        out = Path(f"llmload-report-{run_id}")
     return ReportJob(run_id, run_uri, out)
 
 
@@ -142,7 +146,8 @@ def on_run_end_headless(board: Board) -> ReportJob | None:
     coordinator = _finished_run(board)
     if coordinator is None:
         return None
-    job = new_job(coordinator, coordinator.options.report_dir, per_run=False)
+    report_dir = coordinator.options.report_dir
+    job = new_job(coordinator, report_dir, per_run=False, build=bool(report_dir))
     print(f"llmload: make the report with: {job.command}", flush=True)
     if not coordinator.options.report_dir:
         return None

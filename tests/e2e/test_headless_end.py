@@ -47,10 +47,13 @@ def test_a_headless_run_prints_its_steps_and_writes_its_report(tmp_path: Path) -
 
 
 def test_without_report_dir_the_command_is_printed_and_nothing_built(tmp_path: Path) -> None:
+    temp = tmp_path / "tmp"  # the processes' TMPDIR: nothing is left there
+    temp.mkdir()
     with start_sim(tmp_path / "sim") as sim:
         result = run_locust(
             sim.url, tmp_path / "runs", "--steps", "1", "--step-duration", "1",
             "--step-warmup", "0", "--cold-requests", "0", "--workload", "D(12,8)",
+            env={"TMPDIR": str(temp)},
         )  # fmt: skip
     assert result.returncode == 0, result.output[-3000:]
     run_id = result.run_dir().name
@@ -58,6 +61,7 @@ def test_without_report_dir_the_command_is_printed_and_nothing_built(tmp_path: P
         result.output
     )
     assert "report written to" not in result.output
+    assert not list(temp.glob("llmload-report-*"))  # before: an empty folder for each run
     assert len(re.findall(r"llmload step 0 \[live sketch", result.output)) == 1
 
 
