@@ -24,8 +24,12 @@ $(STAMP): pyproject.toml setup.py locustfiles/request/_ssefast.c infra/setup_sys
 
 # The default and slow suites run their test files on PYTEST_JOBS processes (pytest-xdist; a
 # file's tests stay together, so a module's fixtures start once). PYTEST_JOBS=0: one process.
+# Tests marked `alone` (a quiet loop, a valid verdict, timing statistics: another test's load
+# beside them would change what they measure) run after the rest, one at a time.
+DEFAULT_SUITE := not slow and not engine and not multihost and not containers
 test: setup
-	$(BIN)/python -m pytest -m "not slow and not engine and not multihost and not containers" $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "$(DEFAULT_SUITE) and not alone" $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "$(DEFAULT_SUITE) and alone" $(PYTEST_ARGS)
 
 # A campaign across hosts: each role in a network namespace of its own (root, iproute2;
 # libfaketime for the skewed-clock worker). Skipped, saying why, where namespaces cannot be made.

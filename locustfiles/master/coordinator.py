@@ -48,6 +48,7 @@ from locustfiles.run.probe import PROBE_TIMEOUT_S
 from locustfiles.run.protocol import MSG_FINISH, MSG_STEP
 from locustfiles.sink.checks import store_reason
 from locustfiles.sink.eventsink import default_spool_dir
+from locustfiles.traffic.workloads import WorkloadKind
 
 log = logging.getLogger("llmload.master")
 
@@ -376,11 +377,7 @@ class RunCoordinator:
         sent = sum(int(d.get("sent") or 0) for d in self.finished.values())
         if self.finished and not sent and not stopped_for:
             # e.g. start-up probes of a slow target outlasting the steps: not a run to report
-            self._fail(
-                "no request was sent before the steps ended (each worker first probes the "
-                f"target, up to {PROBE_TIMEOUT_S:g} s a probe: see the manifest's probes); give "
-                "longer steps (--step-duration) or check that the target answers promptly"
-            )
+            self._fail(self._nothing_sent())
         # Workers whose events did not all reach the store (a full disk, the store down at
         # their close): the run is incomplete, a failure too (exit 1) unless one is named.
         for data in self.finished.values():
@@ -400,6 +397,23 @@ class RunCoordinator:
             )
         self.finished_at = time.time_ns()
         return self.manifest.to_dict()
+
+    def _nothing_sent(self) -> str:
+        """Why no request was sent: the workers still starting (reading a large workload,
+        then probing) when the steps ended, or probes that outlasted the steps."""
+        starting = [c for c in sorted(self.finished) if c not in self.ready]
+        workload = self.options.workload
+        if starting and workload.kind is not WorkloadKind.LENGTHS:
+            return (f"no request was sent before the steps ended: {len(starting)} of "
+                    f"{len(self.finished)} worker(s) had not finished starting (reading the "
+                    f"workload {workload.spec}, then probing the target): give a smaller "
+                    "file or trace window (--trace-duration), or longer steps "
+                    "(--step-duration)")  # fmt: skip
+        return (
+            "no request was sent before the steps ended (each worker first probes the "
+            f"target, up to {PROBE_TIMEOUT_S:g} s a probe: see the manifest's probes); give "
+            "longer steps (--step-duration) or check that the target answers promptly"
+        )
 
     def _fail(self, why: str) -> None:
         """The run failed for `why`: one `llmload: error:` line, and exit 1 unless the run

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.chat import ROOT, run_locust, start_sim
 
 SIM = ("--decode-base-ms", "5", "--decode-per-seq-us", "0", "--decode-per-kv-token-ns", "0")
@@ -42,6 +44,7 @@ ENGINE = ("--prefill-per-token-us", "1000", "--decode-base-ms", "20", "--decode-
           "--decode-per-kv-token-ns", "0", "--prefix-cache", "off")  # fmt: skip
 
 
+@pytest.mark.alone  # quiet means no other test's load beside it: its stalls would be real
 def test_a_quiet_run_is_valid(tmp_path: Path) -> None:
     # The worker's loop does stall a few ms now and then (more on a VM whose CPU is slow to
     # wake), and a stall can delay a TTFT by its length; against these latencies that is

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import gevent
+import pytest
 
 from locustfiles.worker.monitor import LoopMonitor
 
@@ -67,6 +68,7 @@ def test_a_stall_still_going_on_counts_for_a_request_that_ends_first() -> None:
     assert len(stalls) == 1  # recorded once, when the loop came back
 
 
+@pytest.mark.alone  # another test's load beside it stalls this loop for real
 def test_a_quiet_loop_records_no_stall() -> None:
     monitor, samples, stalls = make()
     try:
