@@ -48,6 +48,7 @@ from infra.campaign.report import (
 )
 from infra.campaign.stop import StopSignals
 from infra.ports import free_port
+from locustfiles.options.rules import DRAIN_TIMEOUT_S
 from locustfiles.options.table import OPTION, command_line
 from locustfiles.run.manifest import run_taken
 
@@ -435,8 +436,10 @@ def longest_seconds(campaign: Campaign) -> float:
 
 
 def run_deadline(campaign: Campaign) -> float:
-    """When a run that has not ended counts as hung: generous, it only guards against hangs."""
-    return campaign.worker_wait + 2 * longest_seconds(campaign) + 180
+    """When a run that has not ended counts as hung: generous, it only guards against hangs
+    (a rate run also waits for its last requests in flight, at most DRAIN_TIMEOUT_S)."""
+    drain = DRAIN_TIMEOUT_S if campaign.mode == "rate" else 0.0
+    return campaign.worker_wait + 2 * longest_seconds(campaign) + 180 + drain
 
 
 @contextmanager

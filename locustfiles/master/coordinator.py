@@ -37,6 +37,7 @@ from locustfiles.master.server_metrics import DEFAULT_ALLOWLIST, ServerMetricsSc
 from locustfiles.master.staircase import Staircase
 from locustfiles.master.target import probe_target
 from locustfiles.options.options import ChatOptions
+from locustfiles.options.rules import DRAIN_TIMEOUT_S
 from locustfiles.run.manifest import (
     ProbeRecord,
     RunManifest,
@@ -56,7 +57,6 @@ FINISH_MARGIN_S = 5.0
 """Beyond --finish-timeout (a worker sink's own bound to flush), how long the master waits
 for a worker's finish report to arrive."""
 
-DRAIN_TIMEOUT_S = 600.0  # a paused search waits at most this long for requests to end
 SINK_ERRORS_KEPT = 5  # first messages of a worker's sink report kept in the manifest
 
 

@@ -20,6 +20,10 @@ from locustfiles.options.voice import Voice
 SPAWN_RATE: Final = 100.0
 """Users/s the staircase spawns at: a step of up to 100 users spawns within a second."""
 
+DRAIN_TIMEOUT_S: Final = 600.0
+"""The longest the requests in flight may take to end before the next level of a rate
+search, or before a rate run ends (at most --request-timeout too)."""
+
 SPAWN_TIMEOUT_S: Final = 60.0
 """How long a step waits for its users: a step of more than SPAWN_RATE × this many users
 never reaches its concurrency (--steps 100000 had 6,000 users after 60 s)."""
