@@ -8,6 +8,13 @@ receipt. offset = t2 - (t1 + t4) / 2, round trip = t4 - t1; the sample with the 
 round trip is kept, sent to the worker (`llmload_clock_offset`: it sends open-loop arrivals
 on the master's time) and written to the manifest (`workers[].clock_offset_ms`,
 `clock_rtt_ms`).
+
+A worker on the master's own kernel (its hello's boot id is the master's: the same host,
+containers included) reads the same wall clock: its offset is 0. The exchange still runs,
+and a sample further from 0 than half its round trip (more than the exchange's own error:
+a clock faked for the process, as libfaketime does) is kept as measured. Before, such
+workers got offsets of 0.05-0.37 ms that were only the exchange's error (round trips of
+0.6-1.4 ms), which moved their send times and made request-path parts negative.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class WorkerClocks:
     def __init__(self, send: Callable[..., Any]) -> None:
         self.send = send
         self.best: dict[str, tuple[int, int]] = {}
+        self.same_kernel: set[str] = set()  # clients whose hello had the master's boot id
         self._loop: gevent.Greenlet | None = None
 
     def ping(self, client_id: str) -> None:
@@ -54,9 +62,12 @@ class WorkerClocks:
         rtt = t4 - t1
         if rtt < 0:
             return  # the master's clock stepped back during the exchange
+        offset = t2 - (t1 + t4) // 2
+        if client_id in self.same_kernel and abs(offset) <= rtt // 2:
+            offset = 0  # one clock: what the exchange saw is its own error
         best = self.best.get(client_id)
         if best is None or rtt < best[1]:
-            self.best[client_id] = (t2 - (t1 + t4) // 2, rtt)
+            self.best[client_id] = (offset, rtt)
             try:  # the worker sends open-loop arrivals on the master's time (run.protocol)
                 self.send(MSG_CLOCK_OFFSET, {"offset_ns": self.best[client_id][0]},
                           client_id=client_id)  # fmt: skip

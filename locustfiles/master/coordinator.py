@@ -46,7 +46,7 @@ from locustfiles.run.manifest import (
     write_manifest,
 )
 from locustfiles.run.probe import PROBE_TIMEOUT_S
-from locustfiles.run.protocol import MSG_FINISH, MSG_STEP
+from locustfiles.run.protocol import MSG_FINISH, MSG_STEP, kernel_boot_id
 from locustfiles.sink.checks import store_reason
 from locustfiles.sink.eventsink import default_spool_dir
 from locustfiles.traffic.workloads import WorkloadKind
@@ -272,6 +272,8 @@ class RunCoordinator:
 
     def on_hello(self, client_id: str, data: dict[str, Any]) -> None:
         self.workers[client_id] = data
+        if data.get("boot_id") and data.get("boot_id") == kernel_boot_id():
+            self.worker_clocks.same_kernel.add(client_id)  # one wall clock (clocks.py)
         gevent.spawn(self.worker_clocks.burst, client_id)  # handlers must return at once
 
     def stop_for_signal(self, name: str) -> None:

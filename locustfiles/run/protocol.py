@@ -18,6 +18,19 @@ from typing import Any
 
 log = logging.getLogger("llmload.steps")
 
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def kernel_boot_id() -> str | None:
+    """This kernel's boot id (a worker's hello carries it): processes that share it read one
+    wall clock, containers on one host included (None: not Linux, or unreadable)."""
+    try:
+        with open(BOOT_ID_PATH, encoding="ascii") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
 MSG_STEP = "llmload_step"
 MSG_STEP_QUERY = "llmload_step_query"
 MSG_IN_FLIGHT = "llmload_in_flight"  # worker -> master while paused: {"pause_id", "in_flight"}

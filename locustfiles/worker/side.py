@@ -35,6 +35,7 @@ from locustfiles.run.protocol import (
     MSG_STEP_QUERY,
     MSG_WORKER_FAILED,
     StepState,
+    kernel_boot_id,
 )
 from locustfiles.sink.checks import check_store_reachable
 from locustfiles.worker.context import WorkerContext
@@ -47,7 +48,7 @@ def worker_identity() -> dict[str, Any]:
     safe = "".join(c if c.isalnum() or c in "-." else "-" for c in host)[:40]
     return {"worker_id": f"{safe}-{os.getpid()}-{uuid.uuid4().hex[:4]}", "host": host,
             "pid": os.getpid(), "started_at_ns": time.time_ns(),
-            "sse_reader": sse.implementation()}  # fmt: skip
+            "sse_reader": sse.implementation(), "boot_id": kernel_boot_id()}  # fmt: skip
 
 
 class WorkerSide:

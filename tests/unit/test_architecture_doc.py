@@ -83,6 +83,11 @@ def _resolves(dotted: str) -> bool:
     return any(all(name in names for name in parts) for _, names in modules().values())
 
 
+PROJECT_DIRS = ("locustfiles", "analysis", "infra", "bench", "tests", "docs", "examples")
+"""Where a file a span names may lie: the project's own folders (not a venv: .venv-vllm
+holds a steps.py of its own)."""
+
+
 def problem(span: str) -> str | None:
     """Why a code span names nothing in the tree (None: it does, or it is not a name)."""
     if span.startswith("--"):
@@ -93,10 +98,13 @@ def problem(span: str) -> str | None:
         module, _, names = span[5:].partition(" import ")
         missing = [n for n in names.split(", ") if not _resolves(f"{module}.{n.strip()}")]
         return f"{span}: cannot import {missing}" if missing else None
+    if span.startswith("/"):
+        return None  # a route a server answers (/v1/models), not a file
     if "/" in span or re.search(r"\.(py|md|c)$", span):
         path = span.split(" ")[0]
         where = [ROOT / path, ROOT / "locustfiles" / path, ROOT / "analysis" / path]
-        if any(p.exists() for p in where) or any(ROOT.glob(f"*/**/{Path(path).name}")):
+        found = (any((ROOT / d).glob(f"**/{Path(path).name}")) for d in PROJECT_DIRS)
+        if any(p.exists() for p in where) or any(found):
             return None
         return f"{span}: no such file or folder"
     if not NAME.match(span):

@@ -16,7 +16,7 @@ from locustfiles.master import clocks
 from locustfiles.master.clocks import CLOCK_BURST
 from locustfiles.master.coordinator import RunCoordinator
 from locustfiles.options.options import OPTIONS, from_parsed
-from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET
+from locustfiles.run.protocol import MSG_CLOCK, MSG_CLOCK_OFFSET, kernel_boot_id
 
 MS = 1_000_000
 T1 = 1_700_000_000_000 * MS
@@ -62,6 +62,25 @@ def test_the_offset_of_the_shortest_round_trip_is_kept(tmp_path: Path) -> None:
     c.on_clock_reply("w1", {"t1": "junk"}, t4=T1)  # malformed: ignored
     c.on_clock_reply("w2", {"t1": T1, "t2": T1}, t4=T1 - 1)  # master clock stepped back
     assert set(c.clocks) == {"w1"}
+
+
+def test_a_worker_on_the_masters_kernel_has_offset_zero_unless_its_clock_is_faked(
+    tmp_path: Path,
+) -> None:
+    """Same boot id, one wall clock: an offset within the exchange's error (half its round
+    trip) is that error, so 0. A clock faked for the process (libfaketime) is still seen."""
+    c, _ = coordinator(tmp_path)
+    boot = kernel_boot_id()
+    assert boot  # Linux
+    c.on_hello("same", {"worker_id": "w1", "host": "h", "pid": 7, "boot_id": boot})
+    c.on_hello("other", {"worker_id": "w2", "host": "h2", "pid": 8, "boot_id": "elsewhere"})
+    c.on_hello("faked", {"worker_id": "w3", "host": "h", "pid": 9, "boot_id": boot})
+    exchange(c, "same", 0, out_ms=0.2, back_ms=0.8)  # the exchange's error: -0.3 ms
+    exchange(c, "other", 0, out_ms=0.2, back_ms=0.8)
+    exchange(c, "faked", 250, out_ms=0.2, back_ms=0.8)
+    assert c.clocks["same"] == (0, 1 * MS)
+    assert c.clocks["other"] == (-0.3 * MS, 1 * MS)  # another host: as measured
+    assert c.clocks["faked"] == (249.7 * MS, 1 * MS)  # beyond the error: as measured
 
 
 def test_hello_starts_a_burst_of_exchanges(tmp_path: Path) -> None:
