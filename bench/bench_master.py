@@ -116,6 +116,10 @@ def run_one(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     data = json.loads(out_json.read_text())
     (run,) = [p for p in events.iterdir() if p.is_dir()]
     manifest = json.loads((run / "manifest.json").read_text())
+    if not manifest.get("steps"):  # the run never got to its step: say why, from the log
+        tail = (work / "master.log").read_text().strip().splitlines()[-6:]
+        return {"workers": n, "failed": True, "master_exit": master.returncode,
+                "status": manifest.get("status"), "log_tail": tail}  # fmt: skip
     step = manifest["steps"][0]
     t0, t1 = step["started_at_ns"] / 1e9, step["ended_at_ns"] / 1e9
     samples = [s for s in data["samples"] if t0 <= s[0] <= t1]
@@ -161,12 +165,13 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rate-per-worker", type=float, default=1.0)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--keep", type=Path, help="keep each N's logs and events in KEEP/nN")
     args = parser.parse_args()
     levels = [int(x) for x in args.workers.split(",")]
     results: list[dict[str, Any]] = []
     stopped = None
     for n in levels:
-        if results:
+        if results and not results[-1].get("failed"):
             per_worker = results[-1]["workers_uss_mb"] / max(1, results[-1]["workers"])
             need = per_worker * n * 2**20
             available = psutil.virtual_memory().available
@@ -174,10 +179,18 @@ def main() -> None:
                 stopped = (f"stopped before {n} workers: about {need / 2**30:.1f} GiB needed "
                            f"({per_worker:.0f} MiB each), {available / 2**30:.1f} GiB available")  # fmt: skip
                 break
-        with tempfile.TemporaryDirectory(prefix="llmload-bench-master-") as tmp:
-            result = run_one(n, args, Path(tmp))
+        if args.keep:
+            work = args.keep / f"n{n}"
+            work.mkdir(parents=True, exist_ok=True)
+            result = run_one(n, args, work)
+        else:
+            with tempfile.TemporaryDirectory(prefix="llmload-bench-master-") as tmp:
+                result = run_one(n, args, Path(tmp))
         results.append(result)
         print(json.dumps(result), flush=True)
+        if result.get("failed"):
+            stopped = f"stopped at {n} workers: the run did not start its step (log_tail)"
+            break
     doc = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
            "machine": f"{platform.node()} {os.cpu_count()} cores "
                       f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
