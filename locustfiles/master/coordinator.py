@@ -376,6 +376,16 @@ class RunCoordinator:
                 "within --finish-timeout: the report is incomplete until their spools are "
                 "uploaded (llmload upload-spool)"
             )
+        elif local_report is None and not self.workers and not stopped_for:
+            # Workers connected (Locust counted them ready) but none began the run: all went
+            # missing before their hello, e.g. too many processes for the cores (each
+            # worker's start is CPU work; a heartbeat lapsed for Locust's 3 s)
+            gone = len(getattr(runner.clients, "missing", []) or [])
+            self._fail(
+                f"no worker began the run ({gone} went missing: no heartbeat for 3 s) and "
+                "no request was sent; a machine whose cores are all busy starves its workers' "
+                "heartbeats: run one worker process per core (docs/campaigns.md, Sizing)"
+            )
         sent = sum(int(d.get("sent") or 0) for d in self.finished.values())
         if self.finished and not sent and not stopped_for:
             # e.g. start-up probes of a slow target outlasting the steps: not a run to report
