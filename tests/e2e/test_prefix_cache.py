@@ -6,8 +6,8 @@ its own). Before the run the test warms the engine with every prefix itself, so 
 has something to empty:
 
 - `flush+prime`: every steady request of the steps (sent inside a step's window) that reached
-  the engine before its step ended finds 256 tokens cached (the predicted hit rate), the
-  first of each group included. (The previous step's users keep running across a step
+  the engine well before its step ended (ADMISSION_MARGIN_NS) finds 256 tokens cached (the
+  predicted hit rate), the first of each group included. (The previous step's users keep running across a step
   change: a request of step 0 sent after its window, or sent at its very end and reaching the
   engine after the flush before step 1, may find its group flushed and not yet primed.)
 - `flush` alone: the first request of each group (by send time) finds 0 cached though the
@@ -30,6 +30,10 @@ from locustfiles.traffic.prompts import PromptBuilder
 from tests.support.chat import run_locust, start_sim
 
 GROUPS, TOKENS, PROMPT = 4, 256, 400
+# A request is admitted (and finds its cache) at the engine step after its arrival, not at
+# the arrival: one that arrives in the last moments of its step may be admitted after the
+# next step's flush. Requests arriving this close to their step's end may find 0 or 256.
+ADMISSION_MARGIN_NS = 200_000_000
 SIM = ("--block-size", "16", "--decode-base-ms", "5", "--decode-per-seq-us", "0",
        "--decode-per-kv-token-ns", "0", "--prefill-per-token-us", "20")  # fmt: skip
 RUN = ("--steps", "2,2", "--step-duration", "3", "--step-warmup", "0.2", "--cold-requests",
@@ -65,8 +69,9 @@ def _run(tmp: Path, phase: str) -> tuple[pd.DataFrame, dict[str, Any], dict[str,
     ]
     ok["server_cached"] = [truth[r]["cached_tokens"] for r in ok["request_id"]]
     ok["arrival_ns"] = [truth[r]["arrival_unix_ns"] for r in ok["request_id"]]
-    ended = {s["step"]: s["ended_at_ns"] for s in manifest["steps"]}
-    # reached the engine before its step ended, so before the next step's flush (one clock)
+    ended = {s["step"]: s["ended_at_ns"] - ADMISSION_MARGIN_NS for s in manifest["steps"]}
+    # reached the engine well before its step ended, so was admitted (its cache looked up)
+    # before the next step's flush (one clock)
     ok["before_end"] = ok["arrival_ns"] < ok["step"].map(ended).fillna(float("inf"))
     report = build_report(str(result.run_dir()), tmp / "report", progress=False)
     steady = report.per_request.set_index("request_id")["steady"]
@@ -90,7 +95,7 @@ def test_flush_and_prime_give_the_predicted_hit_rate(primed: Any, tmp_path: Path
     assert len(steady) >= 20 and set(steady["group"]) == set(range(GROUPS))
     assert set(steady["step"]) == {0, 1}
     inside = steady[steady["before_end"]]
-    assert len(inside) >= len(steady) - 4  # at most a few cross the step's end (one per user)
+    assert len(inside) >= 0.8 * len(steady)  # (3 s steps: 0.2 s at their end is left out)
     assert (inside["server_cached"] == TOKENS).all(), inside["server_cached"].value_counts()
     assert (inside["cached_tokens"] == TOKENS).all()  # what the client recorded from usage
     assert (steady["cached_tokens"] == steady["server_cached"]).all()
