@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.chat import run_locust, start_sim
 
 ROWS, GAP_MS = 40, 10
 
 
+@pytest.mark.alone  # punctuality in ms: another test's load beside it makes the first late
 def test_the_first_arrivals_of_a_replay_are_as_punctual_as_the_rest(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(
