@@ -68,13 +68,17 @@ class RequestBuilder:
         spec: RequestSpec,
         text: str,
         model: str | None,
+        session: Arrival | None = None,
     ) -> RequestRecord:
         """The record of a request about to be sent: its step (an arrival's own, not the
-        current step), what it asks for, and its session turn or open-loop schedule."""
+        current step), what it asks for, and its session turn or open-loop schedule.
+        `session`: a later turn's session's arrival (its first turn's): the turn belongs to
+        that step and rate, whatever the step is now (the last step's drain, a pause)."""
+        origin = arrival or session
         record = RequestRecord(
             request_id=new_request_id(),
-            step=step.step if arrival is None else arrival.step,
-            concurrency=step.concurrency if arrival is None else arrival.concurrency,
+            step=step.step if origin is None else origin.step,
+            concurrency=step.concurrency if origin is None else origin.concurrency,
             cold=step.cold and arrival is None,
             scenario=spec.scenario,
             endpoint=self.options.endpoint,
@@ -87,8 +91,9 @@ class RequestBuilder:
         )
         if turn is not None:
             turn.apply(record)
-            if arrival is None and step.rate is not None:
-                record.rate = step.rate  # a later turn of an open-loop session
+            if arrival is None and (session is not None or step.rate is not None):
+                # a later turn of an open-loop session: its session's rate
+                record.rate = session.rate if session is not None else step.rate
         if arrival is not None:
             record.rate = arrival.rate
             record.arrival_index = arrival.index

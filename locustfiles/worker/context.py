@@ -174,7 +174,9 @@ class WorkerContext:
         model = self.models.pick() or self.target.model
 
         def send(turn: Turn) -> RequestRecord | None:
-            record = self.run_one(pool, arrival if turn.index == 0 else None, turn, model)
+            first = turn.index == 0
+            record = self.run_one(pool, arrival if first else None, turn, model,
+                                  session=None if first else arrival)  # fmt: skip
             if record is not None and on_record is not None:
                 on_record(record)
             return record
@@ -182,12 +184,14 @@ class WorkerContext:
         return Session(self.build, self.build.rng).run(send)
 
     def run_one(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
-                turn: Turn | None = None, model: str | None = None) -> RequestRecord | None:  # fmt: skip
+                turn: Turn | None = None, model: str | None = None,
+                session: Arrival | None = None) -> RequestRecord | None:  # fmt: skip
         """Build, send and record one request. Returns the record (None if not sent).
 
         `arrival`: an open-loop arrival (openloop.py): its step and schedule, not the
         current step, go on the record. `turn`: a session's turn (sessions.py): its
-        messages are the prompt. `model`: its model (None: one drawn from the --model mix)."""
+        messages are the prompt; `session`: a later turn's session's arrival. `model`: its
+        model (None: one drawn from the --model mix)."""
         self.ensure_ready(pool)
         if self.halted is not None:  # not sent: an open-loop arrival still leaves its row
             if arrival is not None:
@@ -198,7 +202,7 @@ class WorkerContext:
             self.cold_sent += 1
         spec, text = self.build.spec(arrival, turn)
         model = model or self.models.pick() or self.target.model
-        record = self.build.record(step, arrival, turn, spec, text, model)
+        record = self.build.record(step, arrival, turn, spec, text, model, session)
         request_id = record.request_id
         prompt = None if spec.messages is not None else text
         body = self.target.body(prompt, spec.messages, spec.max_tokens, self.options.stream,
