@@ -149,7 +149,7 @@ def on_run_end_headless(board: Board) -> ReportJob | None:
     report_dir = coordinator.options.report_dir
     job = new_job(coordinator, report_dir, per_run=False, build=bool(report_dir))
     print(f"llmload: make the report with: {job.command}", flush=True)
-    if not coordinator.options.report_dir:
+    if not report_dir:
         return None
     job.run()
     if job.status == "done":

@@ -131,6 +131,7 @@ class RunCoordinator:
         self.otlp = otlp
         self.engine_cold: dict[str, Any] | None = None  # the engine's start-up spans
         self.worker_clocks = WorkerClocks(runner.send_message)
+        self.boot_id = kernel_boot_id()  # the master's kernel: a worker's hello may share it
         self.probes: dict[str, ProbeRecord] = {}  # request id -> probe (master's and workers')
 
     # -- steps -------------------------------------------------------------------------
@@ -272,7 +273,7 @@ class RunCoordinator:
 
     def on_hello(self, client_id: str, data: dict[str, Any]) -> None:
         self.workers[client_id] = data
-        if data.get("boot_id") and data.get("boot_id") == kernel_boot_id():
+        if data.get("boot_id") and data["boot_id"] == self.boot_id:
             self.worker_clocks.same_kernel.add(client_id)  # one wall clock (clocks.py)
         gevent.spawn(self.worker_clocks.burst, client_id)  # handlers must return at once
 

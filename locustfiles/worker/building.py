@@ -91,11 +91,11 @@ class RequestBuilder:
         )
         if turn is not None:
             turn.apply(record)
-            if arrival is None and (session is not None or step.rate is not None):
-                # a later turn of an open-loop session: its session's rate
-                record.rate = session.rate if session is not None else step.rate
+            if origin is None and step.rate is not None:
+                record.rate = step.rate  # a later turn of an open-loop session
+        if origin is not None:  # an arrival, or a later turn of its session
+            record.rate = origin.rate
         if arrival is not None:
-            record.rate = arrival.rate
             record.arrival_index = arrival.index
             record.intended_ns = arrival.intended_ns
             record.queued_ns = arrival.queued_ns

@@ -204,21 +204,30 @@ def test_a_failed_rate_level_drains_before_the_next(clock: Clock) -> None:
     assert staircase.timeline[2]["started_at_ns"] == clock.now + lead
 
 
+def _one_rate_step_at_its_end(
+    clock: Clock, in_flight: dict[str, int | None], paused: list[int]
+) -> Staircase:
+    """A run of one 10 s rate step (two workers), ticked to the end of that step: the drain
+    has begun."""
+    staircase = Staircase(
+        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
+        plan=FixedLevels((5.0,)), mode="rate", workers=lambda: 2,
+        pause=paused.append, in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
+    )  # fmt: skip
+    staircase.tick()
+    clock.now += int(RATE_LEAD_S * 1e9) + 10 * 10**9
+    assert staircase.tick() is not None and not staircase.done
+    return staircase
+
+
 def test_the_last_rate_step_lets_its_requests_in_flight_finish(clock: Clock) -> None:
     """The run's end would cut the requests in flight, the longest ones most often (a trace's
     last rows): the last open-loop step pauses the workers and waits, at most the drain
     bound, before the run ends; the step's window still ends at its duration."""
     in_flight: dict[str, int | None] = {"n": 7}
     paused: list[int] = []
-    staircase = Staircase(
-        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
-        plan=FixedLevels((5.0,)), mode="rate", workers=lambda: 2,
-        pause=paused.append, in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
-    )  # fmt: skip
-    lead = int(RATE_LEAD_S * 1e9)
-    staircase.tick()
-    clock.now += lead + 10 * 10**9
-    assert staircase.tick() is not None and paused == [0] and not staircase.done
+    staircase = _one_rate_step_at_its_end(clock, in_flight, paused)
+    assert paused == [0]
     ended = staircase.timeline[0]["ended_at_ns"]
     assert ended == clock.now
     clock.now += 3 * 10**9
@@ -230,27 +239,13 @@ def test_the_last_rate_step_lets_its_requests_in_flight_finish(clock: Clock) -> 
     assert staircase.timeline[0]["ended_at_ns"] == ended  # the drain is in no step
     # requests that never end: the run ends after the bound, saying so
     in_flight["n"] = 3
-    staircase = Staircase(
-        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
-        plan=FixedLevels((5.0,)), mode="rate", pause=paused.append,
-        in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
-    )  # fmt: skip
-    staircase.tick()
-    clock.now += lead + 10 * 10**9
-    staircase.tick()
+    staircase = _one_rate_step_at_its_end(clock, in_flight, paused)
     clock.now += 59 * 10**9
     assert staircase.tick() is not None
     clock.now += 2 * 10**9
     assert staircase.tick() is None and staircase.completed
     # stopped while draining (a signal): the step keeps the end it had
-    staircase = Staircase(
-        (1,), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
-        plan=FixedLevels((5.0,)), mode="rate", pause=paused.append,
-        in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
-    )  # fmt: skip
-    staircase.tick()
-    clock.now += lead + 10 * 10**9
-    staircase.tick()
+    staircase = _one_rate_step_at_its_end(clock, in_flight, paused)
     ended = staircase.timeline[0]["ended_at_ns"]
     clock.now += 5 * 10**9
     staircase.stop()
