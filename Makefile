@@ -51,12 +51,20 @@ test-slow: setup
 	$(BIN)/python -m pytest -m "slow and not alone" $(XDIST) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m "slow and alone" $(PYTEST_ARGS)
 
-# Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed.
-test-min:
-	@test -x .venv-min/bin/python || $(PYTHON) -m venv .venv-min
-	.venv-min/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-min.txt
-	.venv-min/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	.venv-min/bin/python -m pytest -p no:cacheprovider tests/unit tests/integration/test_sse_socket.py -q
+# Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed,
+# on PYTEST_JOBS processes like make test (the `alone` ones after, one at a time).
+MIN_VENV  := .venv-min
+MIN_STAMP := $(MIN_VENV)/.llmload-installed
+MIN_TESTS := tests/unit tests/integration/test_sse_socket.py
+$(MIN_STAMP): pyproject.toml setup.py requirements-min.txt locustfiles/request/_ssefast.c
+	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-min.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(MIN_STAMP)
+
+test-min: $(MIN_STAMP)
+	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider -m "not alone" $(XDIST) $(MIN_TESTS) -q
+	$(MIN_VENV)/bin/python -m pytest -p no:cacheprovider -m alone $(MIN_TESTS) -q
 
 # The real-engine suite: transformers serve (CPU torch, its own venv) with a tiny local model,
 # and vLLM's CPU build (its own venv too, started by the suite as a subprocess).
@@ -108,4 +116,4 @@ soak: setup
 	$(BIN)/python bench/soak.py $(SOAK_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-min $(ENGINE_VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(MIN_VENV) $(ENGINE_VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -87,13 +87,22 @@ class ChatUser(User):
         if (ctx.step.rate is not None and not ctx.step.cold) or ctx.step.paused:
             gevent.sleep(0.1)  # a rate step: the worker's dispatcher sends (openloop.py)
             return
-        if ctx.options.sessions:  # one conversation (or agent session), turn after turn
-            records = ctx.run_session(self.pool, None, lambda r: fire_request(self.environment, r))
-            record = records[-1] if records else None
-        else:
-            record = ctx.run_one(self.pool)
-            if record is not None:
-                fire_request(self.environment, record)
+        ctx.ensure_ready(self.pool)  # the probes, once: not in flight, no pause waits for them
+        if ctx.step.paused or ctx.halted is not None:  # the last step ended meanwhile
+            return
+        ctx.busy += 1  # in flight: a pause (the end of the last step) waits for it
+        try:
+            if ctx.options.sessions:  # one conversation (or agent session), turn after turn
+                records = ctx.run_session(
+                    self.pool, None, lambda r: fire_request(self.environment, r)
+                )
+                record = records[-1] if records else None
+            else:
+                record = ctx.run_one(self.pool)
+                if record is not None:
+                    fire_request(self.environment, record)
+        finally:
+            ctx.busy -= 1
         if record is None:
             return
         if record.error_kind == "connect":

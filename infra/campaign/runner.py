@@ -437,9 +437,8 @@ def longest_seconds(campaign: Campaign) -> float:
 
 def run_deadline(campaign: Campaign) -> float:
     """When a run that has not ended counts as hung: generous, it only guards against hangs
-    (a rate run also waits for its last requests in flight, at most DRAIN_TIMEOUT_S)."""
-    drain = DRAIN_TIMEOUT_S if campaign.mode == "rate" else 0.0
-    return campaign.worker_wait + 2 * longest_seconds(campaign) + 180 + drain
+    (a run also waits for its last step's requests in flight, at most DRAIN_TIMEOUT_S)."""
+    return campaign.worker_wait + 2 * longest_seconds(campaign) + 180 + DRAIN_TIMEOUT_S
 
 
 @contextmanager

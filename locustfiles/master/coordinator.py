@@ -205,7 +205,8 @@ class RunCoordinator:
         return self.cache_phase.run(step)
 
     def _pause(self, step: int) -> None:
-        """Workers send nothing (a rate search drains a failed level) until the next step."""
+        """Workers send nothing new (a rate search drains a failed level, or the last step
+        ended) until the next step or the run's end; their requests in flight finish."""
         self._pause_id += 1
         self.current = {"step": step, "concurrency": 0, "cold": False, "paused": True,
                         "pause_id": self._pause_id, "wall_ns": time.time_ns()}  # fmt: skip
@@ -219,7 +220,7 @@ class RunCoordinator:
             log.warning("llmload: ignored a malformed in-flight report from %s", client_id)
 
     def _in_flight(self) -> int | None:
-        """Open-loop requests still in flight during a pause (None: not every worker said)."""
+        """Requests still in flight during a pause (None: not every worker said)."""
         if not self.distributed:  # one process: ask its dispatcher
             return self.local_in_flight() if self.local_in_flight is not None else 0
         total = 0

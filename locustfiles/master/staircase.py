@@ -43,8 +43,8 @@ class Staircase:
     In a rate search, a level that missed the SLO leaves a queue at the server that would
     fail the next level as well: the workers are paused (`pause`) until their requests in
     flight (`in_flight`) have ended, at most `drain_timeout_s`, before the next level starts.
-    After the last rate step the same pause and wait come before the run ends, so that its
-    requests in flight are not cut (the longest ones, most often).
+    After the last step (rate or concurrency) the same pause and wait come before the run
+    ends, so that its requests in flight are not cut (the longest ones, most often).
     """
 
     def __init__(
@@ -62,7 +62,7 @@ class Staircase:
         step_stats: Any = None,  # callable(step) -> (live stats or None, finished requests)
         not_ready: Any = lambda: [],  # callable() -> the workers not ready for a schedule
         pause: Any = lambda step: None,  # callable(step): tell workers to send nothing
-        in_flight: Any = lambda: 0,  # callable() -> open-loop requests in flight (None: unknown)
+        in_flight: Any = lambda: 0,  # callable() -> requests in flight (None: unknown)
         drain_timeout_s: float = 600.0,
         before_step: Any = lambda step: None,  # callable(step) -> the cache phase's record
     ) -> None:
@@ -258,17 +258,15 @@ class Staircase:
                 ran_s = (now - self.started_at_ns) / 1e9  # the step's requests ran in it
                 level = self.plan.next_level(self.index, stats, finished, elapsed_s=ran_s)
                 self._end_current()
-                if level is None and self.rate_mode:
-                    # the last open-loop step: its requests in flight finish (bounded), rather
-                    # than being cut by the run's end (the longest ones, biasing the tail)
+                if level is None:
+                    # the last step: its requests in flight finish (bounded), rather than
+                    # being cut by the run's end (the longest ones, biasing the tail); closed
+                    # loop too: its users start nothing new while paused (chat.py)
                     self._draining = (None, now)
                     self._pause(self.index)
                     log.info("llmload: step %d ended; waiting for its requests in flight "
                              "before the run ends", self.index)  # fmt: skip
                     return self.target, SPAWN_RATE
-                if level is None:
-                    self.done = self.completed = True
-                    return None
                 if self.rate_mode and self.plan.last_failed:
                     # an open-loop level over capacity leaves a backlog at the server that
                     # would fail the next level too: send nothing until it has drained

@@ -20,7 +20,8 @@ after the server closed it (the OS's poll with a zero timeout: gevent's emulatio
 urllib3 would use, costs 25 times more) and not after
 IDLE_RECONNECT_NS idle. A response that cannot be parsed, or a connection that breaks before
 the status line, raises urllib3's ProtocolError, as urllib3 does. https and any other pool a
-tool passes in go through urllib3 whole.
+tool passes in go through urllib3 whole; for https too the response head's timeout bounds
+the whole head (`_Stamped.getresponse`), not each of its reads.
 """
 
 from __future__ import annotations
@@ -88,6 +89,35 @@ class _Stamped:
                 self.connect()
             self.write_at = _perf_ns()
         super().send(data)  # type: ignore[misc]
+
+    def getresponse(self) -> Any:
+        """urllib3's, with its read timeout bounding the whole head from the write, as the
+        lean path's `_read_head` does: http.client reads the head line by line, each read
+        with its own timeout, so a server trickling a byte every 0.3 s would never time out.
+        Each of the head's reads gets what is left of the head's time (past it: TimeoutError,
+        as a socket timeout, which urllib3 reports as its ReadTimeoutError). A TLS socket
+        (https) takes the per-read hook; a plain socket (a tool's http pool) cannot, and
+        keeps the per-read timeout (the load's plain http takes the lean path)."""
+        timeout = self.timeout  # type: ignore[attr-defined]
+        sock = self.sock  # type: ignore[attr-defined]
+        if not isinstance(timeout, int | float) or not hasattr(sock, "__dict__"):
+            return super().getresponse()  # type: ignore[misc]
+        deadline = (self.write_at or _perf_ns()) + int(timeout * 1e9)
+        recv_into = sock.recv_into  # the class's, bound
+
+        def head_read(*args: Any) -> int:
+            left = (deadline - _perf_ns()) / 1e9
+            if left <= 0:
+                raise TimeoutError(f"the response headers did not end within {timeout:g} s")
+            sock.settimeout(left)
+            return int(recv_into(*args))
+
+        sock.recv_into = head_read  # http.client's reader reads through it (socket.SocketIO)
+        try:
+            return super().getresponse()  # type: ignore[misc]
+        finally:
+            del sock.recv_into
+            sock.settimeout(timeout)
 
 
 class _StampedHTTP(_Stamped, urllib3.connection.HTTPConnection):

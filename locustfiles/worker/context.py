@@ -51,6 +51,9 @@ REFUSED_AT_START = 5
 none answered otherwise in between) stops the run: every request would be (a worker's own
 API key, a dataset's requests that the preflight's short request did not show)."""
 
+IN_FLIGHT_REPORT_S = 0.25
+"""While paused, how often a worker tells the master its requests in flight."""
+
 _perf_ns = time.perf_counter_ns
 
 
@@ -134,7 +137,32 @@ class WorkerContext:
         self.cold_sent = 0
         self.dispatcher: Dispatcher | None = None
         if options.mode == "rate":  # open loop: this worker's share of each rate step
-            self.dispatcher = Dispatcher(self, step, on_record, report_in_flight)
+            self.dispatcher = Dispatcher(self, step, on_record)
+        self.busy = 0  # closed-loop users in a request or a session (ChatUser.chat)
+        self._report_in_flight = report_in_flight  # (pause id, in flight) to the master
+        self._reporter: gevent.Greenlet | None = None
+        step.listeners.append(self._on_step)
+
+    def in_flight(self) -> int:
+        """What this worker has in flight: the dispatcher's requests (an open-loop session
+        counts once) and the closed-loop users busy with a request or a session."""
+        return self.busy + (len(self.dispatcher.requests) if self.dispatcher is not None else 0)
+
+    def _on_step(self) -> None:
+        """A pause (a search draining a failed rate level, or the end of the last step):
+        report the requests in flight to the master until it is over."""
+        reporting = self._reporter is not None and not self._reporter.dead
+        if self.step.paused and self._report_in_flight is not None and not reporting:
+            self._reporter = gevent.spawn(self._report_while_paused)
+
+    def _report_while_paused(self) -> None:
+        assert self._report_in_flight is not None
+        while self.step.paused and self.sink_report is None:
+            try:
+                self._report_in_flight(self.step.pause_id, self.in_flight())
+            except Exception:  # Locust's RPCError: the next report tries again
+                log.warning("llmload: could not report the requests in flight", exc_info=True)
+            gevent.sleep(IN_FLIGHT_REPORT_S)
 
     def holding(self) -> bool:
         """Send nothing now: halted (the run is stopping), or in the cold phase after its
@@ -288,6 +316,10 @@ class WorkerContext:
 
     def _close(self, timeout: float) -> dict[str, Any]:
         if self.sink_report is None:
+            if self._on_step in self.step.listeners:
+                self.step.listeners.remove(self._on_step)
+            if self._reporter is not None:
+                self._reporter.kill(block=False)
             if self.dispatcher is not None:  # in-flight requests recorded before the sink closes
                 self.dispatcher.stop()
             self.monitor.stop()  # its last sample goes into the sink before it closes

@@ -16,9 +16,10 @@ waits for the next step or the end of the run, and arrival i sends the trace's r
 A step that follows a rate step begins RATE_LEAD_S after its announcement (steps.py): the
 old schedule's arrivals due before that keep their old step; then the new schedule starts.
 Requests still in flight at a step change finish under their own step. A capacity search
-pauses the workers after a rate level that missed the SLO (`StepState.paused`): nothing is
-sent, and each worker reports its requests in flight until the master starts the next
-level once they have all ended. At the end of the
+pauses the workers after a rate level that missed the SLO (`StepState.paused`), and so does
+the end of the last step: nothing new is sent, and each worker reports its requests in
+flight (`WorkerContext.in_flight`) until the master starts the next level (or ends the run)
+once they have all ended. At the end of the
 run (`stop`), requests in flight are recorded `aborted`, and arrivals waiting for a slot
 `dropped`, before the sink closes; so are the arrivals already due that this worker had
 not yet sent (behind its schedule, e.g. on a busy CPU, when the stop came): every arrival
@@ -51,8 +52,6 @@ STOP_TIMEOUT_S = 10.0
 """How long `stop` waits for killed requests to record themselves."""
 BEHIND_NS = 1_000_000
 """An arrival more than this late makes the dispatcher yield before the next one."""
-IN_FLIGHT_REPORT_S = 0.25
-"""While paused, how often a worker tells the master its requests in flight."""
 DUE_AT_STOP = "due but not yet sent when the run stopped (this worker was behind its schedule)"
 
 
@@ -92,11 +91,8 @@ class Dispatcher:
         ctx: Any,
         step: StepState,
         on_record: Callable[[RequestRecord], None] | None = None,
-        report_in_flight: Callable[[int, int], None] | None = None,
     ) -> None:
         self.ctx = ctx
-        self.report_in_flight = report_in_flight  # (pause id, requests in flight) to the master
-        self._reporter: gevent.Greenlet | None = None
         self.step = step
         self.on_record = on_record
         self.requests = gevent.pool.Group()
@@ -119,24 +115,6 @@ class Dispatcher:
         if rate_step and not self.stopped and (self._loop is None or self._loop.dead):
             self._loop = gevent.spawn(self._run)
             self._loop.name = "llmload-dispatcher"
-        reporting = self._reporter is not None and not self._reporter.dead
-        if (
-            self.step.paused
-            and self.report_in_flight is not None
-            and not self.stopped
-            and not reporting
-        ):
-            self._reporter = gevent.spawn(self._report_while_paused)
-
-    def _report_while_paused(self) -> None:
-        """While a search drains a failed level: tell the master how many are in flight."""
-        assert self.report_in_flight is not None
-        while self.step.paused and not self.stopped:
-            try:
-                self.report_in_flight(self.step.pause_id, len(self.requests))
-            except Exception:  # Locust's RPCError: the next report tries again
-                log.warning("llmload: could not report the requests in flight", exc_info=True)
-            gevent.sleep(IN_FLIGHT_REPORT_S)
 
     def stop(self) -> None:
         """End of the run: no more arrivals; requests in flight become `aborted` rows, and
@@ -145,8 +123,6 @@ class Dispatcher:
         self.stopped = True
         if self.step.listeners and self._on_step in self.step.listeners:
             self.step.listeners.remove(self._on_step)
-        if self._reporter is not None:
-            self._reporter.kill(block=False)
         if self._loop is not None:
             self._loop.kill(block=True, timeout=STOP_TIMEOUT_S)
         self._drop_due(stopped_at)

@@ -151,9 +151,8 @@ class WorkerSide:
         self.close()
 
     def in_flight(self) -> int:
-        """Open-loop requests in flight (the local runner's master asks while it drains)."""
-        dispatcher = getattr(self.context, "dispatcher", None)
-        return len(dispatcher.requests) if dispatcher is not None else 0
+        """Requests in flight (the local runner's master asks while it drains)."""
+        return self.context.in_flight() if self.context is not None else 0
 
     def _probe_reporter(self) -> Callable[[list[dict[str, Any]]], None]:
         """Where this worker's probes go: to the master by message, or straight to the run."""
@@ -170,8 +169,8 @@ class WorkerSide:
         return send
 
     def _in_flight_reporter(self) -> Callable[[int, int], None] | None:
-        """A worker's report of its open-loop requests in flight while a search drains (the
-        local runner's master reads its dispatcher directly)."""
+        """A worker's report of its requests in flight while the master drains a pause (the
+        local runner's master asks its context directly)."""
         runner = self.runner
         if not isinstance(runner, WorkerRunner):
             return None

@@ -43,7 +43,9 @@ def test_headless_run_matches_the_servers_truth(tmp_path: Path) -> None:
     assert dict(requests.groupby("step")["concurrency"].first()) == {-1: 1, 0: 1, 1: 2}
     assert [s["concurrency"] for s in manifest["steps"]] == [1, 2]
     ok = requests[requests["status"] == "ok"].set_index("request_id")
-    assert len(ok) >= len(requests) - 2  # at most one aborted stream per user at the end
+    # none cut at the end: the last step's requests in flight finish before the run ends
+    # (before, one stream per user was `aborted`, most often a long one)
+    assert len(ok) == len(requests), requests["error_kind"].value_counts()
     # Forced output lengths (ignore_eos probed and accepted) and calibrated prompt lengths.
     assert (ok["completion_tokens"] == ok["max_tokens"]).all()
     assert (ok["prompt_tokens"] == ok["prompt_tokens_requested"]).all()

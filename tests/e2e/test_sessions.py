@@ -43,9 +43,10 @@ def test_rows_carry_their_session_and_turn(conversation: tuple[Any, ...]) -> Non
     _, requests, _, truth = conversation
     assert requests["session_id"].notna().all()
     sessions = requests.groupby("session_id")
-    # a session whose last turn the run's end cut keeps its rows (status aborted, no usage)
+    # every session ends whole: the last step's sessions in flight finish before the run
+    # ends (before, the run's end cut their last turns: status aborted, no usage)
     complete = [g for _, g in sessions if len(g) == 3 and g["status"].eq("ok").all()]
-    assert len(complete) >= 5
+    assert len(complete) >= 5 and len(complete) == sessions.ngroups
     for group in complete:
         ordered = group.sort_values("sent_at_ns")
         assert ordered["turn"].tolist() == [0, 1, 2]

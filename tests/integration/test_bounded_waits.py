@@ -15,7 +15,7 @@ from infra.check.client import Target
 from locustfiles.request.client import Limits, execute, new_pool
 from locustfiles.request.record import RequestRecord
 from locustfiles.run.probe import reply_outcome, send_probe
-from tests.support.raw import HEAD, Respond, chunk, sse_event
+from tests.support.raw import HEAD, Respond, chunk, sse_event, trickle_head
 from tests.support.sim import chat_body
 
 PLAIN_CHUNKED = (
@@ -111,16 +111,8 @@ def test_headers_that_trickle_are_cut_at_the_first_token_deadline(
     """Issue 36: a byte of the response head every 0.2 s kept each read under its timeout,
     so `--request-timeout 2 --ttft-timeout 1` never fired and the request stayed open until
     the run ended. The head's deadline now covers all of it."""
-    head = HEAD * 4  # long enough to outlast any deadline here at a byte per 0.2 s
-
-    def trickle(conn: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            for byte in head:
-                conn.sendall(bytes([byte]))
-                time.sleep(0.2)
-
     record = RequestRecord("req-trickle", 0, 1, False, "s", "chat", "m", True, None, 8, "")
-    url = f"http://127.0.0.1:{raw_server(trickle)}/v1/chat/completions"
+    url = f"http://127.0.0.1:{raw_server(trickle_head)}/v1/chat/completions"
     started = time.monotonic()
     execute(new_pool(), url, chat_body(), {}, record,
             Limits(request_timeout=2.0, ttft_timeout=1.0))  # fmt: skip

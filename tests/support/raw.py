@@ -8,11 +8,16 @@ to `respond`; what `respond` raises fails the test at teardown.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import socket
+import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,20 +38,58 @@ def chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
+def trickle_head(conn: socket.socket) -> None:
+    """Send a response head (four of them: long enough to outlast any deadline of a test) a
+    byte every 0.2 s, each read of the client well under its timeout."""
+    with contextlib.suppress(OSError):
+        for byte in HEAD * 4:
+            conn.sendall(bytes([byte]))
+            time.sleep(0.2)
+
+
 def reset(conn: socket.socket) -> None:
     """Drop the connection with a TCP reset (SO_LINGER 0), not a clean close."""
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """(certificate, key) PEM files of a self-signed certificate for 127.0.0.1, made in
+    `folder` (cryptography: a dependency of moto, in the dev extras)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    ip = x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([ip]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                         serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))  # fmt: skip
+    return cert_file, key_file
+
+
 @pytest.fixture
-def raw_server() -> Iterator[Callable[[Respond], int]]:
-    """`start(respond)`: a server on 127.0.0.1, port 0, that reads one request and hands the
-    connection to `respond`; returns the port. Its errors fail the test at teardown."""
+def raw_server() -> Iterator[Callable[..., int]]:
+    """`start(respond, tls=None)`: a server on 127.0.0.1, port 0, that reads one request and
+    hands the connection to `respond`; returns the port. `tls`: a server-side SSLContext
+    (https). Its errors fail the test at teardown."""
     listeners: list[socket.socket] = []
     threads: list[threading.Thread] = []
     errors: list[BaseException] = []
 
-    def start(respond: Respond) -> int:
+    def start(respond: Respond, tls: ssl.SSLContext | None = None) -> int:
         listener = socket.create_server(("127.0.0.1", 0))
         listener.settimeout(TIMEOUT)
         listeners.append(listener)
@@ -54,6 +97,9 @@ def raw_server() -> Iterator[Callable[[Respond], int]]:
         def run() -> None:
             try:
                 conn, _ = listener.accept()
+                if tls is not None:
+                    conn.settimeout(TIMEOUT)
+                    conn = tls.wrap_socket(conn, server_side=True)
                 with conn:
                     conn.settimeout(TIMEOUT)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -250,3 +250,30 @@ def test_the_last_rate_step_lets_its_requests_in_flight_finish(clock: Clock) -> 
     clock.now += 5 * 10**9
     staircase.stop()
     assert staircase.done and staircase.timeline[0]["ended_at_ns"] == ended
+
+
+def test_the_last_concurrency_step_lets_its_requests_in_flight_finish(clock: Clock) -> None:
+    """Closed loop too: the run's end cut the last step's requests in flight (`aborted`, the
+    longest ones), which biased its E2E tail low. Its users now start nothing new (paused)
+    and the run ends once their requests have ended, at most the drain bound."""
+    in_flight: dict[str, int | None] = {"n": 4}
+    paused: list[int] = []
+    staircase = Staircase(
+        (2, 4), 10.0, 0.0, 0, announce=lambda *a: None, finished_requests=lambda: 0,
+        pause=paused.append, in_flight=lambda: in_flight["n"], drain_timeout_s=60.0,
+    )  # fmt: skip
+    staircase.tick()
+    staircase.on_spawned(2)
+    clock.now += 10 * 10**9 + 1
+    staircase.tick()  # step 0 ended: step 1 at once, no pause between closed-loop steps
+    assert staircase.index == 1 and paused == []
+    staircase.on_spawned(4)
+    clock.now += 10 * 10**9 + 1
+    users = staircase.tick()
+    assert users is not None and users[0] == 4  # the users stay, paused
+    assert paused == [1] and not staircase.done
+    ended = staircase.timeline[1]["ended_at_ns"]
+    clock.now += 2 * 10**9
+    in_flight["n"] = 0
+    assert staircase.tick() is None and staircase.completed
+    assert staircase.timeline[1]["ended_at_ns"] == ended  # the drain is in no step
