@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.llmload-installed
 PYTEST_ARGS ?=
-PYTEST_JOBS ?= 2
+PYTEST_JOBS ?= 3
+SLOW_JOBS ?= 2
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
 ENGINE_VENV  := .venv-engine
@@ -23,8 +24,9 @@ $(STAMP): pyproject.toml setup.py locustfiles/request/_ssefast.c infra/setup_sys
 	bash infra/setup_system.sh
 	@touch $(STAMP)
 
-# The default and slow suites run their test files on PYTEST_JOBS processes (pytest-xdist; a
-# file's tests stay together, so a module's fixtures start once). PYTEST_JOBS=0: one process.
+# The default suite runs its test files on PYTEST_JOBS processes (pytest-xdist; a file's tests
+# stay together, so a module's fixtures start once; mostly waiting on steps and processes, so
+# three on two cores), the slow suite on SLOW_JOBS (its tests load the CPU more). 0: one process.
 # Tests marked `alone` (a quiet loop, a valid verdict, timing statistics: another test's load
 # beside them would change what they measure) run after the rest, one at a time.
 DEFAULT_SUITE := not slow and not engine and not multihost and not containers
@@ -49,7 +51,7 @@ test-containers: setup
 # Long end-to-end suites (capacity searches, workers joining, long arrival schedules); the
 # `alone` ones (statistics over timings) after the rest, one at a time.
 test-slow: setup
-	$(BIN)/python -m pytest -m "slow and not alone" $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "slow and not alone" -n $(SLOW_JOBS) --dist loadfile $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m "slow and alone" $(PYTEST_ARGS)
 
 # Unit tests (and the urllib3-internals canary) against the lowest dependency versions allowed,
