@@ -28,6 +28,9 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.derive.parts import GroupView, Part, RowPart, RunView
+from analysis.derive.sessions import cached_tokens_pct, cached_tokens_warning
+
 IMPLIED_TOLERANCE_PCT: Final = 5.0
 """Reported and implied cached shares further apart than this (percentage points) earn a
 warning: about one block of 16 in a prompt of 320 tokens."""
@@ -144,3 +147,33 @@ def _number(value: Any) -> float | None:
     if isinstance(value, int | float) and not np.isnan(value):
         return float(value)
     return None
+
+
+@dataclass(frozen=True)
+class Cache(Part):
+    """The prefix cache's part of the summary rows: the cached share the server reported,
+    the share the shared prefixes imply, and the cache phase before each step."""
+
+    requests: pd.DataFrame
+    ok: np.ndarray
+    plan: PrefixPlan | None
+
+    @classmethod
+    def make(cls, view: RunView) -> Cache:
+        return cls(view.run.requests, view.ok, PrefixPlan.of(view.run.manifest))
+
+    def columns(self, group: GroupView) -> dict[str, Any]:
+        latency = group.latency
+        return {
+            "cached_tokens_pct": cached_tokens_pct(self.requests, latency),
+            **cache_columns(self.plan, self.requests, latency, group.step_entry),
+        }
+
+    def warnings(self, name: str, row: Mapping[str, Any], group: GroupView) -> list[str]:
+        return cache_warnings(name, row, group.step_entry) if row["group"] == "step" else []
+
+    def run_warnings(self) -> list[str]:
+        return cached_tokens_warning(self.requests, self.ok)
+
+
+ROW_PART: Final = RowPart("prefix cache", Cache.make)

@@ -15,11 +15,14 @@ have neither slip nor wait.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
+from analysis.derive.parts import GroupView, Part, RowPart, RunView
 from analysis.derive.stats import SortedSamples
 
 SLIP_WARN_MS: Final = 10.0
@@ -81,7 +84,7 @@ def _rate_text(rate: float) -> str:
     return f"{rate:g}"
 
 
-def open_loop_warnings(row: dict[str, Any]) -> list[str]:
+def open_loop_warnings(row: Mapping[str, Any]) -> list[str]:
     """A rate step the generator could not keep to, or that sent well under its rate."""
     if row.get("mode") != "rate" or row.get("rate") is None:
         return []
@@ -126,3 +129,28 @@ def open_loop_warnings(row: dict[str, Any]) -> list[str]:
         f"intended rate: {'; '.join(causes)}"
     )
     return out
+
+
+@dataclass(frozen=True)
+class OpenLoop(Part):
+    """The open loop's part of the summary rows: slip and cap waits, per request and per row."""
+
+    slip_ms: np.ndarray
+    queued_ms: np.ndarray
+
+    @classmethod
+    def make(cls, view: RunView) -> OpenLoop:
+        return cls(*slip_and_queue_ms(view.run.requests, view.dropped))
+
+    def columns(self, group: GroupView) -> dict[str, Any]:
+        return open_loop_columns(self.slip_ms, self.queued_ms, group.members,
+                                 open_loop=group.rate_step)  # fmt: skip
+
+    def warnings(self, name: str, row: Mapping[str, Any], group: GroupView) -> list[str]:
+        return open_loop_warnings(row)
+
+    def per_request(self) -> dict[str, np.ndarray]:
+        return {"slip_ms": self.slip_ms}
+
+
+ROW_PART: Final = RowPart("open loop", OpenLoop.make)

@@ -20,12 +20,14 @@ master's (as the step windows are); the worker's are aligned to the master's fir
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
 
+from analysis.derive.parts import GroupView, Part, RowPart, RunView
 from analysis.derive.sessions import float_column
 from analysis.derive.stats import SortedSamples
 from analysis.kernel.spans import REQUEST_SPAN, trace_id_of
@@ -179,7 +181,7 @@ def path_columns(path: RequestPath, members: np.ndarray, ok: np.ndarray) -> dict
     return out
 
 
-def path_warnings(name: str, row: dict[str, Any]) -> list[str]:
+def path_warnings(name: str, row: Mapping[str, Any]) -> list[str]:
     """The client's own delay, where large; requests without their engine span."""
     out = []
     p99 = row.get("client_delay_p99_ms")
@@ -201,3 +203,27 @@ def path_warnings(name: str, row: dict[str, Any]) -> list[str]:
             "covers the others"
         )
     return out
+
+
+@dataclass(frozen=True)
+class PathPart(Part):
+    """The request path's part of the summary rows (its per-request columns too)."""
+
+    path: RequestPath
+
+    @classmethod
+    def make(cls, view: RunView) -> PathPart:
+        return cls(request_path(view.run.requests, view.sent, view.ttft_s, view.e2e_s,
+                                view.run.spans))  # fmt: skip
+
+    def columns(self, group: GroupView) -> dict[str, Any]:
+        return path_columns(self.path, group.members, group.ok)
+
+    def warnings(self, name: str, row: Mapping[str, Any], group: GroupView) -> list[str]:
+        return path_warnings(name, row)
+
+    def per_request(self) -> dict[str, np.ndarray]:
+        return {column: values.to_numpy() for column, values in self.path.frame().items()}
+
+
+ROW_PART: Final = RowPart("request path", PathPart.make)

@@ -26,6 +26,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.derive.parts import GroupView, Part, RowPart, RunView
 from analysis.derive.stats import SortedSamples
 
 NS_PER_S: Final = 1e9
@@ -330,3 +331,21 @@ def turn_rows(per_request: pd.DataFrame) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class Sessions(Part):
+    """The sessions' part of the summary rows; `table` is the run's sessions (sessions.csv),
+    None when it has none."""
+
+    table: SessionTable | None
+
+    @classmethod
+    def make(cls, view: RunView) -> Sessions:
+        return cls(SessionTable.of(view.run.requests, view.e2e_s))
+
+    def columns(self, group: GroupView) -> dict[str, Any]:
+        return session_columns(self.table, group.members)
+
+
+ROW_PART: Final = RowPart("sessions", Sessions.make)

@@ -6,8 +6,10 @@ report (a note, a list of lines, tables, plots), or None when the report has not
 Markdown as headings, bullets and pipe tables; HTML as the same with ids and CSS classes.
 Plots are drawn in HTML only.
 
-Adding a section: one `draw` function (its table and note in `present.py`) and one
-`Section(...)` in `SECTIONS`, in the place it should appear.
+Adding a section: its summary columns and warnings as a `RowPart` in the derive module that
+computes them (analysis/derive/parts.py, listed in `analysis.steps.aggregate.ROW_PARTS`), one
+`draw` function (its table and note in `present.py`) and one `Section(...)` in `SECTIONS`,
+in the place it should appear.
 """
 
 from __future__ import annotations

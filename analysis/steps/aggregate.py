@@ -34,18 +34,16 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
-from analysis.derive.cachestate import PrefixPlan, cache_columns, cache_warnings, step_entry
+from analysis.derive import cachestate, openloop, path, sessions
+from analysis.derive.cachestate import step_entry
 from analysis.derive.chunkfacts import CURVE_QUANTILES, ChunkFacts, GroupChunks, GroupSpec
 from analysis.derive.metrics import RequestMetrics
-from analysis.derive.openloop import open_loop_columns, open_loop_warnings, slip_and_queue_ms
+from analysis.derive.parts import GroupView, Part, RunView
 from analysis.derive.path import PER_REQUEST_COLUMNS as PATH_COLUMNS
-from analysis.derive.path import RequestPath, path_columns, path_warnings, request_path
 from analysis.derive.sessions import (
+    Sessions,
     SessionTable,
-    cached_tokens_pct,
-    cached_tokens_warning,
     first_turns,
-    session_columns,
     turn_rows,
     without_history,
 )
@@ -85,6 +83,11 @@ later turn's server count includes the earlier turns it resends."""
 REPLAYED_PROMPTS: Final = ("dataset:", "conversations:")
 """Scenarios whose prompt lengths llmload did not build (a file's texts, counted without
 the chat template): left out of the prompt-length offset."""
+
+ROW_PARTS: Final = (openloop.ROW_PART, sessions.ROW_PART, cachestate.ROW_PART, path.ROW_PART)
+"""What the report's sections add to every summary row, in column order, after the columns
+of this module (counts, latencies, throughput, tokens, errors, the workers' health): each
+declared once in its derive module (analysis/derive/parts.py)."""
 
 PER_REQUEST_COLUMNS: Final = (
     "request_id",
@@ -190,12 +193,13 @@ class _Arrays:
     dropped: np.ndarray  # per request: an open-loop arrival dropped at the cap (never sent)
     arrival: np.ndarray  # per request: it is an arrival (a single request or a session's
     # first turn), not a later turn of a session
-    slip_ms: np.ndarray  # per sent request: sent − intended − queued, ms; NaN when not open loop
-    queued_ms: np.ndarray  # per sent request: wait for a cap slot, ms; NaN when not open loop
     workers: tuple[np.ndarray, np.ndarray] | None  # per request: its worker's code; the names
     health: WorkerHealth
-    sessions: SessionTable | None  # the run's sessions (schema 1.3), None without
-    path: RequestPath  # the request path: client phases and the engine's spans joined
+    parts: list[Part]  # the run's part of each section's columns (ROW_PARTS, in order)
+
+    def session_table(self) -> SessionTable | None:
+        """The run's sessions (schema 1.3), None without."""
+        return next((p.table for p in self.parts if isinstance(p, Sessions)), None)
 
 
 def _worker_codes(req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -221,8 +225,10 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
     sent = aligned_sent_ns(req, run.manifest)  # on the master's clock, like the windows
     status = req["status"].astype(str).to_numpy()
     dropped = status == "dropped"
-    slip_ms, queued_ms = slip_and_queue_ms(req, dropped)
     ok = status == "ok"
+    ttft_s = metrics.per_request["ttft_s"].to_numpy(np.float64)
+    e2e_s = metrics.per_request["e2e_s"].to_numpy(np.float64)
+    view = RunView(run, sent, dropped, ok, ttft_s, e2e_s)
     reported, requested = _float(req, "prompt_tokens"), _float(req, "prompt_tokens_requested")
     history = _float(req, "history_tokens") if "history_tokens" in req else np.zeros(len(req))
     # without the server's count: the new tokens of the turn plus the history it resent
@@ -254,18 +260,9 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         events=_float(req, "events") if "events" in req else np.full(len(req), np.nan),
         dropped=dropped,
         arrival=first_turns(req),
-        slip_ms=slip_ms,
-        queued_ms=queued_ms,
         workers=_worker_codes(req),
         health=WorkerHealth.of(run.samples, run.stalls, worker_offsets_ns(run.manifest)),
-        sessions=SessionTable.of(req, metrics.per_request["e2e_s"].to_numpy(np.float64)),
-        path=request_path(
-            req,
-            sent,
-            metrics.per_request["ttft_s"].to_numpy(np.float64),
-            metrics.per_request["e2e_s"].to_numpy(np.float64),
-            run.spans,
-        ),
+        parts=[part.make(view) for part in ROW_PARTS],
     )
 
 
@@ -321,6 +318,7 @@ def _group_row(
     eligible: np.ndarray,
     curves: dict[str, np.ndarray],
     chunk: GroupChunks,
+    view: GroupView,
     mode: str | None = None,
     rate: float | None = None,
     dropped_in: np.ndarray | None = None,
@@ -331,7 +329,7 @@ def _group_row(
     towards the group's throughput (non-cold for steps, cold for the cold group);
     `dropped_in`: a rate step's arrivals dropped inside its window; `schedule`: the part of
     the window its arrivals were due in, when shorter (a trace: _schedule_window). `mode` is
-    None for the cold group. `chunk`: what the chunks say of the group (ITL, ICL, tokens in its window).
+    None for the cold group. `view`: the group as ROW_PARTS see it. `chunk`: what the chunks say of the group (ITL, ICL, tokens in its window).
     Fills `curves` with each latency metric's quantiles at CURVE_QUANTILES."""
     req = run.requests
     latency = members & a.ok  # the successful requests of the window
@@ -353,12 +351,8 @@ def _group_row(
     row.update(_error_kinds(a, members))
     row.update(_token_source(a, latency))
     row.update(_worker_health(a, metrics.per_request, req, window, members, latency))
-    row.update(open_loop_columns(a.slip_ms, a.queued_ms, members, open_loop=dropped is not None))
-    row.update(session_columns(a.sessions, members))
-    row["cached_tokens_pct"] = cached_tokens_pct(req, latency)
-    row.update(cache_columns(PrefixPlan.of(run.manifest), req, latency,
-                             step_entry(run.manifest, step)))  # fmt: skip
-    row.update(path_columns(a.path, members, a.ok))
+    for part in a.parts:
+        row.update(part.columns(view))
     return row
 
 
@@ -668,23 +662,26 @@ def aggregate_steps(
     populations = [g["members"] for _, g in split]  # per row: its requests
     specs = [GroupSpec(g["members"] & a.ok, g["window"], g["eligible"]) for _, g in split]
     chunks = facts.groups(specs, a.sent)
-    for (model, group), chunk in zip(split, chunks, strict=True):
-        row = _group_row(a, run, metrics, curves=_new(curves), chunk=chunk, **group)
+    views = [
+        GroupView(g["members"], a.ok, step_entry(run.manifest, g["step"]), g.get("mode") == "rate")
+        for _, g in split
+    ]
+    for (model, group), chunk, view in zip(split, chunks, views, strict=True):
+        row = _group_row(a, run, metrics, curves=_new(curves), chunk=chunk, view=view, **group)
         if by is not None:  # the split's key right after the group's kind
             row = {"group": row.pop("group"), by: model, **row}
         rows.append(row)
 
-    for row, window, population in zip(rows, windows, populations, strict=True):
+    for row, window, population, view in zip(rows, windows, populations, views, strict=True):
         warnings.extend(_step_warnings(row))
-        warnings.extend(open_loop_warnings(row))
         name = row_name(row)
         if row["group"] == "step":
             warnings.extend(_prompt_offset_warning(name, a, population & a.ok))
-            warnings.extend(cache_warnings(name, row, step_entry(run.manifest, row["step"])))
         warnings.extend(
             a.health.warnings(name, window, *saturation, senders(a.workers, population))
         )
-        warnings.extend(path_warnings(name, row))
+        for part in a.parts:
+            warnings.extend(part.warnings(name, row, view))
         if row["group"] == "step" and slo.objectives:
             failures = slo.failures(row)
             row["slo_pass"] = not failures
@@ -692,7 +689,8 @@ def aggregate_steps(
         else:
             row["slo_pass"] = None
             row["slo_failures"] = ""
-    warnings.extend(cached_tokens_warning(req, a.ok))
+    for part in a.parts:
+        warnings.extend(part.run_warnings())
     if facts.orphan_chunks:
         warnings.append(
             f"{facts.orphan_chunks} chunk row(s) belong to no request row (a requests part "
@@ -703,11 +701,12 @@ def aggregate_steps(
         [req.reset_index(drop=True), metrics.per_request.reset_index(drop=True)], axis=1
     )
     per["steady"] = steady
-    for column, values in a.path.frame().items():
-        per[column] = values.to_numpy()
-    per["slip_ms"] = a.slip_ms
+    for part in a.parts:
+        for column, values in part.per_request().items():
+            per[column] = values
     per["good"] = pd.array(a.good, dtype="boolean") if a.good is not None else pd.NA
     per["good"] = per["good"].astype("boolean")
     per = per[list(PER_REQUEST_COLUMNS)]
-    turns = turn_rows(per) if a.sessions is not None else []
-    return StepTable(rows, per, a.done, curves, warnings, a.sessions, turns, a.sent)
+    table = a.session_table()
+    turns = turn_rows(per) if table is not None else []
+    return StepTable(rows, per, a.done, curves, warnings, table, turns, a.sent)
