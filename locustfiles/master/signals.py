@@ -40,18 +40,32 @@ class SignalStop:
         self.environment = environment
         self.master = master
         self.received = 0
+        self.quitting = False  # Locust is on its way out already (its own SIGTERM handler)
 
     def install(self) -> SignalStop:
         """Called in Locust's main greenlet (its init event), which is told when to exit."""
         self._main = gevent.getcurrent()
         for signum in SIGNALS:
             gevent.signal_handler(signum, self.on_signal, signum)
+        self.environment.events.quitting.add_listener(self._on_quitting)
         return self
+
+    def _on_quitting(self, **_: Any) -> None:
+        self.quitting = True
 
     def _exit_through_locust(self) -> None:
         """Locust's own way out, as on Ctrl-C: KeyboardInterrupt in its main greenlet (it
-        fires `quitting`, then exits with the environment's process_exit_code)."""
-        gevent.get_hub().loop.run_callback(self._main.throw, KeyboardInterrupt)
+        fires `quitting`, then exits with the environment's process_exit_code). Not when
+        Locust is quitting already: a web UI process keeps Locust's SIGTERM handler, which
+        may shut it down first; a KeyboardInterrupt thrown then lands in the interpreter's
+        exit, as a traceback."""
+        if self.quitting:
+            return
+        gevent.get_hub().loop.run_callback(self._throw)
+
+    def _throw(self) -> None:
+        if not self.quitting and not self._main.dead:
+            self._main.throw(KeyboardInterrupt)
 
     def on_signal(self, signum: int) -> None:
         self.received += 1

@@ -19,7 +19,7 @@ from typing import Any
 
 import gevent
 from locust.exception import RPCError
-from locust.runners import WorkerRunner
+from locust.runners import MasterRunner, WorkerRunner
 
 from analysis.kernel.errors import LlmloadError
 from locustfiles.live.groups import Observer
@@ -142,11 +142,16 @@ class WorkerSide:
         return report
 
     def on_quitting(self) -> None:
-        """The process is quitting (a SIGTERM to a worker, its master gone): stop the users
-        first, so their requests in flight are recorded `aborted` before the sink flushes
-        (appended after its close, they would be dropped)."""
+        """The process is quitting (a SIGTERM to a worker, its master gone, Locust's own SIGTERM
+        handler on a local run): stop the users first, so their requests in flight are
+        recorded `aborted` before the sink flushes (appended after its close, they would be
+        dropped: a local autostarted run lost a request's rows so, now and then)."""
         runner = self.runner
-        if isinstance(runner, WorkerRunner) and runner.state not in ("stopped", "ready", "cleanup"):
+        if not isinstance(runner, MasterRunner) and runner.state not in (
+            "stopped",
+            "ready",
+            "cleanup",
+        ):
             runner.stop()  # its test_stop closes the sink (chat.py); close() then returns that
         self.close()
 
