@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.llmload-installed
 PYTEST_ARGS ?=
-PYTEST_JOBS ?= 3
+PYTEST_JOBS ?= 2
 SLOW_JOBS ?= 2
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml setup.py locustfiles/request/_ssefast.c infra/setup_sys
 	@touch $(STAMP)
 
 # The default suite runs its test files on PYTEST_JOBS processes (pytest-xdist; a file's tests
-# stay together, so a module's fixtures start once; mostly waiting on steps and processes, so
-# three on two cores), the slow suite on SLOW_JOBS (its tests load the CPU more). 0: one process.
+# stay together, so a module's fixtures start once), the slow suite on SLOW_JOBS. 0: one
+# process. Three for the default suite saved ~35 s on a fresh clone, and one of three such
+# runs lost a worker's rows to the harness's kill under that load: two.
 # Tests marked `alone` (a quiet loop, a valid verdict, timing statistics: another test's load
 # beside them would change what they measure) run after the rest, one at a time.
 DEFAULT_SUITE := not slow and not engine and not multihost and not containers

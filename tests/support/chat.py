@@ -251,7 +251,8 @@ def run_locust(
     finally:
         for p in procs:
             try:
-                worker_out, _ = p.communicate(timeout=20)
+                # a worker flushes and uploads before it exits: a loaded machine takes longer
+                worker_out, _ = p.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
                 worker_out, _ = p.communicate()
