@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.llmload-installed
 PYTEST_ARGS ?=
 PYTEST_JOBS ?= 2
 SLOW_JOBS ?= 2
+MULTIHOST_JOBS ?= 3
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
 # The lowest-versions venv skips byte-compiling what it installs (Python compiles a module
@@ -19,7 +20,7 @@ ENGINE_STAMP := $(ENGINE_VENV)/.llmload-installed
 VLLM_VENV    := .venv-vllm
 VLLM_STAMP   := $(VLLM_VENV)/.llmload-installed
 
-.PHONY: setup test test-slow test-multihost test-min test-engine test-containers lint format demo bench soak clean
+.PHONY: setup test test-slow test-multihost test-min test-engine test-containers host-ahead lint format demo bench soak clean
 
 setup: $(STAMP)
 
@@ -42,10 +43,13 @@ test: setup
 
 # A campaign across hosts: each role in a network namespace of its own (root, iproute2;
 # libfaketime for the skewed-clock worker). Skipped, saying why, where namespaces cannot be made.
+# Its files run on MULTIHOST_JOBS processes: each test's hosts are namespaces of their own
+# (names and bridge made per test), and most of its time is waiting (a minute without a store,
+# workers cut off): 130 s on three processes, 280 s on one.
 test-multihost: setup
-	@command -v ip >/dev/null || (apt-get update -qq && apt-get install -y -qq iproute2) || true
-	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || (apt-get update -qq && apt-get install -y -qq faketime) || true
-	$(BIN)/python -m pytest -m multihost tests/multihost $(PYTEST_ARGS)
+	@command -v ip >/dev/null || bash infra/apt_install.sh iproute2 || true
+	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || bash infra/apt_install.sh faketime || true
+	$(BIN)/python -m pytest -m multihost tests/multihost -n $(MULTIHOST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # The image (on a Debian base made here: no registry is reachable), a compose campaign and a
 # `podman kube play` campaign of the k8s manifests, under podman as root. Installs what it
@@ -53,6 +57,14 @@ test-multihost: setup
 test-containers: setup
 	@bash tests/containers/setup_host.sh $(BIN)
 	$(BIN)/python -m pytest -m containers tests/containers $(PYTEST_ARGS)
+
+# What the multihost and container suites install on the host (faketime, podman and its
+# tools) and the containers' Debian base image, made ahead: .ci/run runs this beside setup.
+# Needs no venv; the suites do the same again when something is missing.
+host-ahead:
+	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || bash infra/apt_install.sh faketime || true
+	bash tests/containers/setup_host.sh -
+	python3 tests/containers/engine.py
 
 # Long end-to-end suites (capacity searches, workers joining, long arrival schedules); the
 # `alone` ones (statistics over timings) after the rest, one at a time.

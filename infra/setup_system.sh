@@ -10,9 +10,5 @@ if [ "$(id -u)" != "0" ] && ! command -v sudo >/dev/null 2>&1; then
     echo "setup: chromium is missing; install Debian's 'chromium' package (needed by the web report tests)" >&2
     exit 1
 fi
-SUDO=""
-[ "$(id -u)" = "0" ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+bash "$(dirname "$0")/apt_install.sh" chromium >/dev/null
 echo "setup: installed $(chromium --version)"

@@ -173,3 +173,13 @@ class Stages:
         return [f"  {name:<48} {seconds:6.1f} s" for name, seconds in self.times] + [
             f"  {'total':<48} {total:6.1f} s"
         ]
+
+
+if __name__ == "__main__":  # `python3 tests/containers/engine.py`: the base, made ahead (.ci/run)
+    if (why := unavailable()) is not None:
+        raise SystemExit(f"containers: no base image made: {why}")
+    with tempfile.TemporaryDirectory(prefix="llmload-base-") as tmp:
+        started = time.monotonic()
+        name, was_cached = Podman().base_image(Path(tmp))
+        print(f"containers: {name} {'was there' if was_cached else 'made'} "
+              f"in {time.monotonic() - started:.0f} s")  # fmt: skip

@@ -5,7 +5,7 @@
 # (PyPI) into the venv given as $1. Where they cannot be installed (not Debian, not root),
 # it says so and exits 0: the tests then skip with that reason.
 set -uo pipefail
-VENV_BIN=${1:?usage: setup_host.sh VENV_BIN}
+VENV_BIN=${1:?usage: setup_host.sh VENV_BIN (or -: the host packages only)}
 PODMAN_COMPOSE_VERSION=1.6.0
 start=$SECONDS
 packages=(podman runc netavark aardvark-dns iptables catatonit debootstrap)
@@ -16,14 +16,13 @@ done
 if ((${#missing[@]})); then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         echo "test-containers: installing ${missing[*]}"
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends "${missing[@]}") >/dev/null \
+        bash "$(dirname "$0")/../../infra/apt_install.sh" "${missing[@]}" >/dev/null \
             || echo "test-containers: apt-get could not install ${missing[*]}"
     else
         echo "test-containers: cannot install ${missing[*]} (needs root and apt-get)"
     fi
 fi
-if [ ! -x "$VENV_BIN/podman-compose" ]; then
+if [ "$VENV_BIN" != "-" ] && [ ! -x "$VENV_BIN/podman-compose" ]; then  # -: no venv yet
     "$VENV_BIN/python" -m pip install --quiet --disable-pip-version-check \
         "podman-compose==$PODMAN_COMPOSE_VERSION" \
         || echo "test-containers: pip could not install podman-compose"
