@@ -4,18 +4,28 @@ The client times its own side (schema 1.4: the decision to send, the connection,
 the first token, the end); an engine that traces (vLLM `--otlp-traces-endpoint`, the
 simulator's) times its side in one `llm_request` span per request, in the request's trace
 (analysis/kernel/spans.py). Joined by trace id (falling back to `gen_ai.request.id`), a request's
-time splits into consecutive parts (docs/metrics.md, "The request path"):
+time splits into parts, each the time between two instants on one timeline (docs/metrics.md,
+"The request path"):
 
     decided ─ client delay (connect inside) ─▶ write ─ network up ─▶ span start
       ─ server other (ingress, template, tokenise, schedule) ─ queue ─ prefill ─▶ server
-      first token ─ first-token delivery ─▶ client first token      (= TTFT from the write)
-      ─ decode (server first → last token) ─ tail ─▶ client end      (= E2E from the write)
+      first token ─┬─ first-token delivery ─▶ client first token    (TTFT from the write)
+                   └─ decode ─▶ server last token ─ tail ─▶ client end   (E2E from the write)
 
 network up + server other + queue + prefill + first-token delivery = the client's TTFT, and
-+ decode + tail = its E2E, per request, by construction: what is measured independently is
-where the boundaries fall. The span's times are on the server's clock, taken to be the
-master's (as the step windows are); the worker's are aligned to the master's first
-(analysis/read/clocks.py), so a skewed server clock shows as a negative network or delivery part.
+network up + server other + queue + prefill + decode + tail = its E2E, per request, by
+construction: what is measured independently is where the boundaries fall. The first token
+travels while the server decodes the next ones, so first-token delivery and decode run side
+by side, and the tail is the last token's delivery (with the stream's end): from the
+server's last token to the client's end of the body. (Before, the tail was E2E - TTFT -
+decode: the last token's delivery minus the first's, negative whenever the first token took
+the longer way; against vLLM on a quiet machine 55 of 125 requests at concurrency 1.)
+The server's decode is its first to last token on the clock its TTFT and E2E are taken on
+(`e2e - ttft` of the span; vLLM's `time_in_model_decode` is its engine core's, whose first
+token is earlier by the trip to the API server), else the span's decode time. The span's
+times are on the server's clock, taken to be the master's (as the step windows are); the
+worker's are aligned to the master's first (analysis/read/clocks.py), so a skewed server
+clock shows as a negative network or delivery part.
 """
 
 from __future__ import annotations
@@ -43,10 +53,14 @@ PARTS: Final = (
     "server_decode",
     "tail",
 )
-"""The parts of a request's time after its write, in path order: the first five add up to
-its TTFT, all seven to its E2E. Per request `<part>_s`; per step `<part>_{mean,p50,p99}_s`."""
+"""The parts of a request's time after its write, in path order. Per request `<part>_s`; per
+step `<part>_{mean,p50,p99}_s`."""
 
 TTFT_PARTS: Final = PARTS[:5]
+"""The parts that add up to the client's TTFT."""
+
+E2E_PARTS: Final = (*PARTS[:4], "server_decode", "tail")
+"""The parts that add up to the client's E2E (first-token delivery runs beside decode)."""
 
 CLIENT_DELAY_WARN_MS: Final = 5.0
 """A step whose client delay p99 (decided to send -> bytes written) is above this earns a
@@ -143,13 +157,15 @@ def request_path(
     start = np.where(have, timed["start_ns"].to_numpy(np.int64)[pick], 0)
     network_up = np.where(have, (start - sent_ns) / NS_PER_S, np.nan)
     queue, prefill, server_ttft = col("queue_s"), col("prefill_s"), col("ttft_s")
+    server_e2e = col("e2e_s")
     parts["network_up"] = network_up
     parts["server_queue"] = queue
     parts["server_prefill"] = prefill
     parts["server_other"] = server_ttft - np.nan_to_num(queue) - np.nan_to_num(prefill)
     parts["first_token_delivery"] = ttft_s - network_up - server_ttft
-    parts["server_decode"] = col("decode_s")
-    parts["tail"] = e2e_s - ttft_s - parts["server_decode"]
+    decode = np.where(np.isnan(server_e2e), col("decode_s"), server_e2e - server_ttft)
+    parts["server_decode"] = decode
+    parts["tail"] = e2e_s - network_up - server_ttft - decode
     return RequestPath(have, parts, delay, connect, new, True)
 
 

@@ -112,7 +112,8 @@ WITH timed AS (  -- the spans that time one request, the earliest of each trace
     SELECT m.*,
            m.sent_at_ns - coalesce(o.offset_ns, 0) AS sent_master_ns,
            s.start_ns AS span_start_ns, s.queue_s AS span_queue_s, s.prefill_s AS span_prefill_s,
-           s.ttft_s AS span_ttft_s, s.decode_s AS span_decode_s,
+           s.ttft_s AS span_ttft_s,
+           coalesce(s.e2e_s - s.ttft_s, s.decode_s) AS span_decode_s,
            s.trace_id IS NOT NULL AS span
     FROM request_metrics m
     LEFT JOIN llmload_clock_offsets o ON o.run_id = m.run_id AND o.worker_id = m.worker_id
@@ -129,7 +130,7 @@ SELECT * EXCLUDE (sent_master_ns, span_start_ns, span_queue_s, span_prefill_s, s
        span_prefill_s AS server_prefill_s,
        ttft_s - (span_start_ns - sent_master_ns) / 1e9 - span_ttft_s AS first_token_delivery_s,
        span_decode_s AS server_decode_s,
-       e2e_s - ttft_s - span_decode_s AS tail_s
+       e2e_s - (span_start_ns - sent_master_ns) / 1e9 - span_ttft_s - span_decode_s AS tail_s
 FROM joined
 """
 """One row per request: request_metrics and its request path (analysis/derive/path.py), joined with

@@ -19,6 +19,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from analysis.derive.path import E2E_PARTS
 from analysis.read.clocks import aligned_sent_ns
 from analysis.render.present import PATH_LABELS
 from analysis.steps.aggregate import CURVE_QUANTILES
@@ -383,9 +384,10 @@ _PATH_COLORS = ("#8c8c8c", "#937860", "#c44e52", "#dd8452", "#8172b3", "#4c72b0"
 
 
 def request_path(report: Report) -> Plot | None:
-    """Per step, a stacked bar of the request path's parts (their means over the successful
-    requests with an engine span, which add up to the mean TTFT and E2E of those requests),
-    the client's delay beside it. None when no step has spans."""
+    """Per step, a stacked bar of the request path's parts on the way to E2E (their means over
+    the successful requests with an engine span, which add up to the mean E2E of those
+    requests); beside it, from the top of prefill, the first-token delivery (its top is the
+    mean TTFT), and the client's delay. None when no step has spans."""
     rows = [r for r in report.table.rows if not np.isnan(_values([r], "span_share")[0])]
     if not rows or all(float(r["span_share"] or 0) == 0 for r in rows):
         return None
@@ -394,18 +396,26 @@ def request_path(report: Report) -> Plot | None:
     fig = Figure(figsize=(12, 4), layout="constrained")
     ax = fig.subplots()
     bottom = np.zeros(len(rows))
-    for part, color in zip(PATH_LABELS, _PATH_COLORS, strict=True):
+    colors = dict(zip(PATH_LABELS, _PATH_COLORS, strict=True))
+    first_token_at = bottom
+    for part in E2E_PARTS:
+        if part == "server_decode":  # the first token leaves here, beside decode
+            first_token_at = bottom.copy()
         values = np.nan_to_num(_values(rows, f"{part}_mean_s")) * 1000
-        ax.bar(x, values, bottom=bottom, color=color, label=PATH_LABELS[part], width=0.6)
+        ax.bar(x, values, bottom=bottom, color=colors[part], label=PATH_LABELS[part], width=0.6)
         bottom += values
+    delivery = np.nan_to_num(_values(rows, "first_token_delivery_mean_s")) * 1000
+    ax.bar(x + 0.36, delivery, bottom=first_token_at, width=0.12,
+           color=colors["first_token_delivery"], label=PATH_LABELS["first_token_delivery"])  # fmt: skip
     delay = np.nan_to_num(_values(rows, "client_delay_p50_ms"))
-    ax.bar(x + 0.38, delay, width=0.12, color="black", label="client delay p50 (before TTFT)")
+    ax.bar(x - 0.36, delay, width=0.12, color="black", label="client delay p50 (before TTFT)")
     ax.set_xticks(x, labels)
     ax.set_ylabel("ms (mean per request)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncols=4)
     fig.suptitle("Where the time goes: each part of the request path, mean per step")
-    title = "The request path per step: network, queue, prefill, delivery, decode (stacked means)"
+    title = ("The request path per step: network, queue, prefill, decode, tail (stacked means: "
+             "E2E); the first-token delivery beside decode (its top: TTFT)")  # fmt: skip
     return Plot("plot-request-path", title, _svg(fig))
 
 

@@ -223,8 +223,10 @@ PATH_NOTE: Final = (
     "Where the time goes, in ms: the client's delay (deciding to send -> writing the request; "
     "not part of TTFT) over the requests sent in the window, then each part of the path "
     "after the write over the successful requests with an engine span: network up + server "
-    "other + queue + prefill + first-token delivery = TTFT; + decode + tail = E2E "
-    "(docs/metrics.md, 'The request path'). Per request: requests.csv."
+    "other + queue + prefill + first-token delivery = TTFT; network up + server other + "
+    "queue + prefill + decode + tail = E2E (the first token travels while the server "
+    "decodes; the tail is the last token's delivery: docs/metrics.md, 'The request path'). "
+    "Per request: requests.csv."
 )
 
 SESSIONS_NOTE: Final = (
