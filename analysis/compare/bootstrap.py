@@ -31,6 +31,10 @@ MIN_REQUESTS successful requests carry it, or fewer than MIN_TAIL samples lie be
 percentile (a p99 needs 500 requests: at 150 the p99 is the second-highest value, and an
 interval of it says nothing).
 
+A drawn group brings all its requests, so a resample is GROUPS counts: each figure is
+computed from per-group sums or per-group cumulative weights (Figure.resample), never from
+a resamples x requests table (1,000 x 1M counts at a million requests: 8 GB, minutes).
+
 Resampling needs each request's values: runs are summarised with their chunks in memory
 (the ITL samples), so the intervals are for runs of up to a few million chunk rows; a run
 summarised out of core has no ITL interval (`enough` False, reason given).
@@ -88,7 +92,6 @@ them too, so that no figure of a step it shows is decided without an interval. I
 tokens/s counts the requests whose first token came in the window: its slices are cut by
 that moment (the end less the time from first token to end)."""
 
-_CHUNK_CELLS = 4_000_000  # resamples x samples per block of work (32 MB of float64)
 _TOLERANCE = 1e-9  # as analysis/derive/stats.py: "exactly 99 of 100" must not become "just under"
 
 
@@ -120,19 +123,20 @@ class Figure:
     def enough(self) -> bool:
         return not self.why_not
 
-    def resample(self, counts: np.ndarray) -> np.ndarray:
-        """The figure under each resample: `counts` (resamples x units) says how often each
-        unit (request, or slice for a rate) was drawn. NaN where a resample has no data."""
+    def resample(self, counts: np.ndarray, unit_group: np.ndarray | None = None) -> np.ndarray:
+        """The figure under each resample. A request figure: `counts` (resamples x groups)
+        says how often each group was drawn, `unit_group` each unit's (request's) group; a
+        rate: `counts` (resamples x slices) how often each slice was drawn. NaN where a
+        resample has no data.
+
+        A drawn group brings all its requests, so a resample only reweighs the groups: each
+        figure is computed from per-group sums (a mean) or per-group cumulative weights along
+        the sorted values (a percentile: a binary search per resample), never from a matrix
+        of resamples x samples. With integer weights (counts of samples) the sums are exact,
+        so the result is the weighted nearest rank of the resample, bit for bit."""
         if self.totals is None and (self.values is None or not len(self.values)):
             return np.full(len(counts), np.nan)  # no samples (none carried it, or out of core)
-        if self.mean:
-            assert self.values is not None and self.owner is not None and self.weight is not None
-            units = counts.shape[1]
-            sums = np.bincount(self.owner, self.weight * self.values, minlength=units)
-            weights = counts @ np.bincount(self.owner, self.weight, minlength=units)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(weights > 0, (counts @ sums) / weights, np.nan)
-        if self.q is None:
+        if self.q is None and not self.mean:
             assert self.totals is not None
             whole = float(self.totals.sum())
             if not whole or not np.isfinite(self.observed):
@@ -140,17 +144,47 @@ class Figure:
             drawn = counts @ self.totals / len(self.totals)  # mean slice, as drawn
             return self.observed * drawn / (whole / len(self.totals))
         assert self.values is not None and self.owner is not None and self.weight is not None
-        out = np.empty(len(counts))
-        step = max(1, _CHUNK_CELLS // max(1, len(self.values)))
-        for start in range(0, len(counts), step):
-            block = counts[start : start + step]
-            cum = np.cumsum(block[:, self.owner] * self.weight, axis=1)
-            total = cum[:, -1] if cum.shape[1] else np.zeros(len(block))
-            target = self.q * total - _TOLERANCE * total
-            idx = (cum < target[:, None]).sum(axis=1)
-            value = self.values[np.clip(idx, 0, len(self.values) - 1)]
-            out[start : start + step] = np.where(total > 0, value, np.nan)
+        assert unit_group is not None
+        groups = counts.shape[1]
+        owner_group = unit_group[self.owner]
+        if self.mean:
+            sums = np.bincount(owner_group, self.weight * self.values, minlength=groups)
+            weights = counts @ np.bincount(owner_group, self.weight, minlength=groups)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(weights > 0, (counts @ sums) / weights, np.nan)
+        assert self.q is not None
+        return _weighted_rank(self.values, owner_group, self.weight, counts, self.q)
+
+
+def _weighted_rank(
+    values: np.ndarray, group: np.ndarray, weight: np.ndarray, counts: np.ndarray, q: float
+) -> np.ndarray:
+    """Per resample (a row of `counts`: how often each group was drawn), the weighted nearest
+    rank q of `values` (sorted ascending), each value weighing weight x its group's count:
+    the first value at which the cumulative weight reaches q of the total."""
+    n, resamples = len(values), len(counts)
+    positions = [np.flatnonzero(group == g) for g in range(counts.shape[1])]
+    cumulative = [np.cumsum(weight[p]) for p in positions]
+
+    def weight_up_to(index: np.ndarray) -> np.ndarray:  # per resample: cum. weight at index
+        out = np.zeros(resamples)
+        for g, (where, cum) in enumerate(zip(positions, cumulative, strict=True)):
+            if not len(where):
+                continue
+            taken = np.searchsorted(where, index, side="right") - 1
+            out += counts[:, g] * np.where(taken >= 0, cum[np.maximum(taken, 0)], 0.0)
         return out
+
+    total = weight_up_to(np.full(resamples, n - 1))
+    target = q * total - _TOLERANCE * total
+    low, high = np.zeros(resamples, dtype=np.int64), np.full(resamples, n, dtype=np.int64)
+    while (open_ := low < high).any():  # the first index whose cumulative weight >= target
+        mid = (low + high) // 2
+        below = weight_up_to(np.minimum(mid, n - 1)) < target
+        low = np.where(open_ & below, mid + 1, low)
+        high = np.where(open_ & ~below, mid, high)
+    value = values[np.clip(low, 0, n - 1)]
+    return np.where(total > 0, value, np.nan)
 
 
 @dataclass(frozen=True)
@@ -167,14 +201,14 @@ class StepSample:
         n = self.requests
         group = np.arange(n) if self.group is None else self.group
         k = int(group.max()) + 1 if n else 0
-        by_request = (
-            rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)[:, group]
+        by_group = (  # how often each group is drawn; its requests come with it
+            rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)
             if n
             else np.zeros((resamples, 0), dtype=np.int64)
         )
         by_slice = rng.multinomial(SLICES, np.full(SLICES, 1.0 / SLICES), size=resamples)
         return {
-            name: fig.resample(by_request if fig.by_request else by_slice)
+            name: fig.resample(by_group, group) if fig.by_request else fig.resample(by_slice)
             for name, fig in self.figures.items()
         }
 
@@ -205,19 +239,29 @@ def _why_not(requests: int, tail_samples: float, q: float) -> str:
     return ""
 
 
-def _percentile_figure(
-    name: str, observed: float, values: np.ndarray, owner: np.ndarray, weight: np.ndarray,
-    requests: int,
-) -> Figure:  # fmt: skip
+Prepared = tuple[
+    tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]
+]
+"""A metric's samples as the figures take them: (values, owner, weight) with the missing and
+weightless left out, in their order and sorted by value (stable)."""
+
+
+def _prepare(values: np.ndarray, owner: np.ndarray, weight: np.ndarray) -> Prepared:
+    """A metric's samples, filtered and sorted once for all its figures (p50, p99, mean...)."""
     keep = np.isfinite(values) & (weight > 0)
     values, owner, weight = values[keep], owner[keep], weight[keep]
+    order = np.argsort(values, kind="stable")
+    return (values, owner, weight), (values[order], owner[order], weight[order])
+
+
+def _percentile_figure(name: str, observed: float, prepared: Prepared, requests: int) -> Figure:
+    (values, owner, weight), (ordered, ordered_owner, ordered_weight) = prepared
     if name.split("_")[1] == "mean":
         return Figure(name, observed, None, values, owner, weight, requests=requests,
                       why_not=_why_not(requests, float("inf"), 0.5), mean=True)  # fmt: skip
     q = PERCENTILES[name.split("_")[1]]
-    order = np.argsort(values, kind="stable")
     tail = float(weight.sum()) * (1.0 - q)
-    return Figure(name, observed, q, values[order], owner[order], weight[order],
+    return Figure(name, observed, q, ordered, ordered_owner, ordered_weight,
                   requests=requests, why_not=_why_not(requests, tail, q))  # fmt: skip
 
 
@@ -256,15 +300,23 @@ def step_sample(
     ones = np.ones(n)
     figures: dict[str, Figure] = {}
     rates = (*RATE_FIGURES, *MORE_RATE_FIGURES)
+    prepared: dict[str, tuple[Prepared, int] | None] = {}  # metric -> its samples, once
     for name in (n for n in names if n not in rates):
         metric = name.split("_")[0]
         observed = _observed(row, name)
-        if metric == "itl":
-            figures[name] = _itl_figure(report, name, observed, rows)
+        if metric not in prepared:
+            if metric == "itl":
+                prepared[metric] = _itl_samples(report, rows)
+            else:
+                values = per[f"{metric}_s"].to_numpy(np.float64)[rows]
+                carried = int(np.isfinite(values).sum())
+                prepared[metric] = (_prepare(values, unit, ones), carried)
+        samples = prepared[metric]
+        if samples is None:
+            figures[name] = Figure(name, observed, requests=n,
+                                   why_not="the run was summarised out of core: no per-token samples")  # fmt: skip
             continue
-        values = per[f"{metric}_s"].to_numpy(np.float64)[rows]
-        carried = int(np.isfinite(values).sum())
-        figures[name] = _percentile_figure(name, observed, values, unit, ones, carried)
+        figures[name] = _percentile_figure(name, observed, samples[0], samples[1])
     done = report.table.done_ns
     eligible = ~per["cold"].to_numpy(bool) & (per["status"].to_numpy(object) == "ok")
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
@@ -311,15 +363,16 @@ def _groups(done_ns: np.ndarray) -> np.ndarray:
     return rank * min(GROUPS, n) // max(n, 1)
 
 
-def _itl_figure(report: Report, name: str, observed: float, rows: np.ndarray) -> Figure:
+def _itl_samples(report: Report, rows: np.ndarray) -> tuple[Prepared, int] | None:
+    """The ITL samples of the requests `rows` (their owner: the position among them) and how
+    many requests carry one; None when the run was summarised out of core."""
     itl = report.itl
     if itl is None:
-        return Figure(name, observed, requests=len(rows),
-                      why_not="the run was summarised out of core: no per-token samples")  # fmt: skip
+        return None
     position = np.full(len(report.per_request), -1, dtype=np.int64)
     position[rows] = np.arange(len(rows))
     owner = position[itl.request]
     keep = owner >= 0
     values, weight = itl.value_s[keep], itl.weight[keep]
     carried = len(np.unique(owner[keep]))
-    return _percentile_figure(name, observed, values, owner[keep], weight, carried)
+    return _prepare(values, owner[keep], weight), carried
