@@ -8,6 +8,8 @@ PYTEST_JOBS ?= 2
 SLOW_JOBS ?= 2
 MULTIHOST_JOBS ?= 3
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
+# libfaketime (the multihost suite's skewed-clock worker), installed when missing
+FAKETIME := test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || bash infra/apt_install.sh faketime || true
 
 # The lowest-versions venv skips byte-compiling what it installs (Python compiles a module
 # when it is first imported). Not the engine and vLLM venvs: their suite then compiled torch
@@ -48,7 +50,7 @@ test: setup
 # workers cut off): 130 s on three processes, 280 s on one.
 test-multihost: setup
 	@command -v ip >/dev/null || bash infra/apt_install.sh iproute2 || true
-	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || bash infra/apt_install.sh faketime || true
+	@$(FAKETIME)
 	$(BIN)/python -m pytest -m multihost tests/multihost -n $(MULTIHOST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # The image (on a Debian base made here: no registry is reachable), a compose campaign and a
@@ -62,7 +64,7 @@ test-containers: setup
 # tools) and the containers' Debian base image, made ahead: .ci/run runs this beside setup.
 # Needs no venv; the suites do the same again when something is missing.
 host-ahead:
-	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || bash infra/apt_install.sh faketime || true
+	@$(FAKETIME)
 	bash tests/containers/setup_host.sh -
 	python3 tests/containers/engine.py
 

@@ -193,13 +193,13 @@ class StepSample:
 
     requests: int  # units of the request resample: the step's successful requests
     figures: dict[str, Figure]
-    group: np.ndarray | None = None  # per request: its group (None: each request its own)
+    group: np.ndarray  # per request: its group of consecutive completions (_groups)
 
     def resampled(self, resamples: int, seed: np.random.SeedSequence) -> dict[str, np.ndarray]:
         """figure -> its value under each of `resamples` resamples (one plan for all)."""
         rng = np.random.default_rng(seed)
         n = self.requests
-        group = np.arange(n) if self.group is None else self.group
+        group = self.group
         k = int(group.max()) + 1 if n else 0
         by_group = (  # how often each group is drawn; its requests come with it
             rng.multinomial(k, np.full(k, 1.0 / k), size=resamples)

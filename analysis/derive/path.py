@@ -163,7 +163,8 @@ def request_path(
     parts["server_prefill"] = prefill
     parts["server_other"] = server_ttft - np.nan_to_num(queue) - np.nan_to_num(prefill)
     parts["first_token_delivery"] = ttft_s - network_up - server_ttft
-    decode = np.where(np.isnan(server_e2e), col("decode_s"), server_e2e - server_ttft)
+    decode = server_e2e - server_ttft  # the span's decode time where it has no e2e or ttft
+    decode = np.where(np.isnan(decode), col("decode_s"), decode)  # (as the SQL's coalesce)
     parts["server_decode"] = decode
     parts["tail"] = e2e_s - network_up - server_ttft - decode
     return RequestPath(have, parts, delay, connect, new, True)

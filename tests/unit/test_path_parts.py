@@ -62,3 +62,9 @@ def test_a_span_without_e2e_takes_its_decode_time() -> None:
     assert parts["server_decode"] == pytest.approx(LAST_OUT - FIRST_OUT + 0.2)
     assert parts["tail"] == pytest.approx(CLIENT_END - LAST_OUT - 0.2)
     assert sum(parts[p] for p in E2E_PARTS) == pytest.approx(CLIENT_END)
+
+
+def test_a_span_without_ttft_keeps_its_decode_time() -> None:
+    """As the SQL view's coalesce(e2e - ttft, decode): no TTFT, the span's own decode."""
+    parts = _parts(_span(ttft_s=float("nan")))
+    assert parts["server_decode"] == pytest.approx(LAST_OUT - FIRST_OUT + 0.2)
