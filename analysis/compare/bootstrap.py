@@ -318,6 +318,7 @@ def step_sample(
             continue
         figures[name] = _percentile_figure(name, observed, samples[0], samples[1])
     done = report.table.done_ns
+    assert done is not None  # compare reads the request rows into memory (analysis/compare/runs.py)
     eligible = ~per["cold"].to_numpy(bool) & (per["status"].to_numpy(object) == "ok")
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     good = per["good"].to_numpy(dtype=object)

@@ -344,10 +344,17 @@ class EngineChunkFacts:
             window_of.append(len(windows))
             windows.append((code, spec.window))
         self._register(group, sent, elig)
+        return self._group_facts(len(specs), windows, window_of)
+
+    def _group_facts(
+        self, groups: int, windows: list[tuple[int, Window]], window_of: list[int | None]
+    ) -> list[GroupChunks]:
+        """Each group's chunk facts, `llmload_req` registered (rid, r, g, e, sent, end_s):
+        `windows` the distinct (eligibility code, window) pairs, `window_of` each group's."""
         for statement in _CREATE_TABLES:
             self.engine.con.execute(statement)
         self._histogram_and_checks()
-        summaries = self._summaries(len(specs))
+        summaries = self._summaries(groups)
         sums = np.zeros(len(windows))
         if windows:
             for _ in self._each_batch():
@@ -371,8 +378,11 @@ class EngineChunkFacts:
         found = {int(b["k"]): b["rows"] for b in bad}
         for k, reason in enumerate(_CHECKS, start=2):
             if k in found:
-                rows = np.asarray(found[k], dtype=np.int64)
-                raise InvalidTimelineError(reason, [str(i) for i in self.ids[rows]])
+                raise InvalidTimelineError(reason, self._ids_of(found[k]))
+
+    def _ids_of(self, rows: list[int]) -> list[str]:
+        """The request ids of request rows `rows` (`llmload_req.r`)."""
+        return [str(i) for i in self.ids[np.asarray(rows, dtype=np.int64)]]
 
     def _summaries(self, groups: int) -> dict[tuple[int, int], Latency]:
         """(group, kind) -> Latency; kind 0 ICL, 1 ITL: exact weighted nearest rank."""
@@ -434,3 +444,63 @@ class EngineChunkFacts:
                                               p90=p90, p95=p95, p99=p99, p999=p999, max=vmax)  # fmt: skip
                 out[(g, k)] = Latency(summary, q[named:])
         return out
+
+
+AGGREGATE_COLUMNS: Final = (
+    "n", "tokens", "first_ns", "last_ns", "first_token_ns", "last_token_ns", "token_chunk_tokens"
+)  # fmt: skip
+"""What _AGGREGATE_SQL gives per request id (`llmload_chunkagg`, TableChunkFacts)."""
+
+
+class TableChunkFacts(EngineChunkFacts):
+    """The chunks out of core beside requests that are out of core too
+    (analysis/steps/outofcore.py): the per-request aggregate is a table of the engine,
+    `llmload_chunkagg` (request_id and AGGREGATE_COLUMNS), and each group's request rows come
+    from a query over the engine's request table, never from arrays in memory."""
+
+    def __init__(self, engine: Any, batches: list[list[str]], filesystem: Any) -> None:
+        self.engine = engine
+        self.batches = batches
+        self.filesystem = filesystem
+        self._orphans = 0
+        self.engine.register_parts(
+            "chunks", [(sum(batches, []), filesystem)] if any(batches) else [],
+            view="llmload_allchunks",
+        )  # fmt: skip
+        self.engine.con.execute(
+            "CREATE OR REPLACE TABLE llmload_chunkagg AS "
+            + _AGGREGATE_SQL.replace("llmload_chunks", "llmload_allchunks")
+        )
+
+    def count_orphans(self, requests_table: str) -> None:
+        """The chunk rows whose request id is not in `requests_table` (request_id)."""
+        row = self.engine.sql(
+            f"SELECT coalesce(sum(n), 0) AS n FROM llmload_chunkagg c ANTI JOIN "
+            f"{requests_table} r ON c.request_id = r.request_id"
+        ).to_pylist()[0]
+        self._orphans = int(row["n"])
+
+    @property
+    def per_request(self) -> pd.DataFrame:  # the aggregate stays in the engine
+        raise NotImplementedError("TableChunkFacts keeps its per-request facts in the engine")
+
+    @property
+    def orphan_chunks(self) -> int:
+        return self._orphans
+
+    def table_groups(
+        self, request_sql: str, groups: int, windows: list[tuple[int, Window]],
+        window_of: list[int | None],
+    ) -> list[GroupChunks]:  # fmt: skip
+        """Each group's chunk facts; `request_sql` selects the request rows as `llmload_req`
+        wants them (rid, r, g: the latency group or -1, e: the eligibility code or -1, sent,
+        end_s)."""
+        self.engine.con.execute(f"CREATE OR REPLACE VIEW llmload_req AS {request_sql}")
+        return self._group_facts(groups, windows, window_of)
+
+    def _ids_of(self, rows: list[int]) -> list[str]:
+        listed = ", ".join(str(int(r)) for r in rows)
+        found = self.engine.sql(
+            f"SELECT rid FROM llmload_req WHERE r IN ({listed}) ORDER BY r"
+        ).to_pylist()
+        return [str(row["rid"]) for row in found]

@@ -139,7 +139,12 @@ def cached_tokens_warning(requests: pd.DataFrame, ok: np.ndarray) -> list[str]:
         return []
     with_usage = ok & requests["prompt_tokens"].notna().to_numpy(bool)
     reported = with_usage & requests["cached_tokens"].notna().to_numpy(bool)
-    n, total = int(reported.sum()), int(with_usage.sum())
+    return cached_tokens_message(int(reported.sum()), int(with_usage.sum()))
+
+
+def cached_tokens_message(n: int, total: int) -> list[str]:
+    """cached_tokens_warning's line: `n` of `total` successful requests with usage reported
+    cached tokens (none when none or all did)."""
     if n == 0 or n == total:
         return []
     return [

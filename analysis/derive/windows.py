@@ -68,7 +68,18 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def _rate(entry: dict[str, Any], requests: pd.DataFrame, mine: np.ndarray) -> float | None:
+@dataclass(frozen=True)
+class StepSeen:
+    """What a step's own (non-cold) requests say of it, for a step the manifest does not
+    time: their highest concurrency, their span (first send, last end or send: None without
+    requests) and their highest recorded `rate` (None: none recorded)."""
+
+    concurrency: int
+    span: tuple[int, int] | None
+    rate: float | None = None
+
+
+def _rate(entry: dict[str, Any], seen: StepSeen | None) -> float | None:
     """The step's intended rate: the manifest's (schema 1.2), else its requests' `rate`.
 
     A manifest step without `rate` (a concurrency step, or a run before 1.2) whose requests
@@ -77,11 +88,36 @@ def _rate(entry: dict[str, Any], requests: pd.DataFrame, mine: np.ndarray) -> fl
     value = entry.get("rate")
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
-    if "rate" not in requests:
-        return None
-    rates = pd.to_numeric(requests["rate"], errors="coerce").to_numpy(np.float64)[mine]
-    rates = rates[~np.isnan(rates)]
-    return float(rates.max()) if len(rates) else None
+    return seen.rate if seen is not None else None
+
+
+def steps_seen(
+    requests: pd.DataFrame, done_ns: np.ndarray, sent_ns: np.ndarray
+) -> dict[int, StepSeen]:
+    """Each step its non-cold requests are tagged with, and what they say of it (StepSeen),
+    from request rows in memory (analysis/steps/outofcore.py asks the engine the same)."""
+    not_cold = ~requests["cold"].to_numpy(bool)
+    step_col = requests["step"].to_numpy(np.int64)
+    concurrency = requests["concurrency"].to_numpy(np.int64)
+    rates = (
+        pd.to_numeric(requests["rate"], errors="coerce").to_numpy(np.float64)
+        if "rate" in requests
+        else None
+    )
+    out = {}
+    for step in sorted(set(np.unique(step_col[not_cold]).tolist())):
+        mine = not_cold & (step_col == step)
+        span = request_span(sent_ns[mine], done_ns[mine], "requests")
+        rate = None
+        if rates is not None:
+            known = rates[mine][~np.isnan(rates[mine])]
+            rate = float(known.max()) if len(known) else None
+        out[int(step)] = StepSeen(
+            int(concurrency[mine].max()),
+            (span.start_ns, span.end_ns) if span is not None else None,
+            rate,
+        )
+    return out
 
 
 def plan_steps(
@@ -96,25 +132,29 @@ def plan_steps(
     corrected by its worker's clock offset, analysis/read/clocks.py); `done_ns` its wall-clock end
     on the same clock (send + `end_ns`, -1 when unknown).
     """
+    sent = aligned_sent_ns(requests, manifest) if sent_ns is None else sent_ns
+    return plan_from(manifest, steps_seen(requests, done_ns, sent))
+
+
+def plan_from(
+    manifest: dict[str, Any], seen: dict[int, StepSeen]
+) -> tuple[list[StepPlan], list[str]]:
+    """Every step of the run: the manifest's timeline and the steps its requests were tagged
+    with (`seen`, steps_seen), with warnings."""
     warnings: list[str] = []
     timeline = {}
     for entry in manifest.get("steps") or []:
         step = _int(entry.get("step"))
         if step is not None:
             timeline[step] = entry
-    not_cold = ~requests["cold"].to_numpy(bool)
-    step_col = requests["step"].to_numpy(np.int64)
-    sent = aligned_sent_ns(requests, manifest) if sent_ns is None else sent_ns
-    seen = sorted(set(np.unique(step_col[not_cold]).tolist()))
     plans = []
     fallback = []
     for step in sorted(set(timeline) | set(seen)):
-        mine = not_cold & (step_col == step)
+        mine = seen.get(step)
         entry = timeline.get(step, {})
         concurrency = _int(entry.get("concurrency"))
         if concurrency is None:
-            values = requests["concurrency"].to_numpy(np.int64)[mine]
-            concurrency = int(values.max()) if len(values) else 0
+            concurrency = mine.concurrency if mine is not None else 0
         spawned, ended = _int(entry.get("spawned_at_ns")), _int(entry.get("ended_at_ns"))
         warmup_ns = int(round(float(entry.get("warmup_s") or 0.0) * NS_PER_S))
         window: Window | None
@@ -127,10 +167,11 @@ def plan_steps(
                 )
                 window = None
         else:
-            window = request_span(sent[mine], done_ns[mine], "requests")
+            span = mine.span if mine is not None else None
+            window = Window(span[0], span[1], "requests") if span is not None else None
             if window is not None:
                 fallback.append(step)
-        plans.append(StepPlan(step, concurrency, window, _rate(entry, requests, mine)))
+        plans.append(StepPlan(step, concurrency, window, _rate(entry, mine)))
     if fallback:
         listed = ", ".join(str(s) for s in fallback)
         warnings.append(

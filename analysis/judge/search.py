@@ -111,14 +111,20 @@ def goodput_under(table: StepTable, slo: Slo, row: dict[str, Any]) -> float | No
     The same definition as the step table's (docs/metrics.md): good requests, not cold, that
     ended inside the step's window, over the window's length. None without thresholds.
     """
-    per = table.per_request
-    status = per["status"].astype(str).to_numpy()
-    good = slo.good(per, status == "ok")
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
-    if good is None or start is None or end is None:
+    if not slo.thresholds or start is None or end is None:
         return None
     window = Window(int(start), int(end), str(row.get("window_source")))
     if window.length_s <= 0:
+        return None
+    if table.good_in_window is not None:  # the engine's path (analysis/steps/outofcore.py)
+        counted = table.good_in_window(slo, window)
+        return None if counted is None else float(counted) / window.length_s
+    assert table.done_ns is not None
+    per = table.per_request
+    status = per["status"].astype(str).to_numpy()
+    good = slo.good(per, status == "ok")
+    if good is None:
         return None
     eligible = ~per["cold"].to_numpy(bool) & (status != "dropped")
     done_in = eligible & window.contains(table.done_ns) & good

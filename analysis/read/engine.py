@@ -35,6 +35,7 @@ import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import pandas as pd
@@ -290,12 +291,21 @@ class Engine:
         memory_limit: str = DEFAULT_MEMORY_LIMIT,
         spill_dir: str | None = None,
         threads: int | None = None,
+        on_disk: bool = False,
     ) -> None:
         import duckdb
 
         self._spill = None if spill_dir else tempfile.TemporaryDirectory(prefix="llmload-spill-")
         spill = spill_dir or (self._spill.name if self._spill else "")
-        self.con = duckdb.connect(config={"autoinstall_known_extensions": False,
+        self.workdir = Path(spill)
+        self.spill_root = spill_dir  # the folder given (None: the system's temporary one)
+        # on_disk: tables the engine makes (a run's request table) live in a database file in
+        # the spill folder, paged in under the memory limit, not in memory
+        self._database = (
+            self.workdir / f"llmload-{os.getpid()}-{id(self)}.duckdb" if on_disk else None
+        )
+        self.con = duckdb.connect(str(self._database) if self._database else ":memory:",
+                                  config={"autoinstall_known_extensions": False,
                                           "autoload_known_extensions": False})  # fmt: skip
         limit = parse_memory_limit(memory_limit)
         self.memory_bytes = limit_bytes(limit)
@@ -314,6 +324,9 @@ class Engine:
 
     def close(self) -> None:
         self.con.close()
+        if self._database is not None:
+            for leftover in (self._database, self._database.with_suffix(".duckdb.wal")):
+                leftover.unlink(missing_ok=True)
         if self._spill is not None:
             self._spill.cleanup()
             self._spill = None

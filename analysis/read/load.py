@@ -121,6 +121,14 @@ class RunData:
     spans: pd.DataFrame | None = (
         None  # the engine's spans (analysis/kernel/spans.py), when it traced
     )
+    request_paths: list[str] | None = None
+    """The readable requests parts, when left on disk (`load_run(..., requests=False)`):
+    `requests` is then an empty frame of its columns and `request_rows` counts them."""
+    request_rows: int = 0
+
+    @property
+    def requests_on_disk(self) -> bool:
+        return self.request_paths is not None
 
 
 class Progress:
@@ -273,12 +281,15 @@ def load_run(
     progress: bool = True,
     progress_stream: TextIO | None = None,
     chunks: bool = True,
+    requests: bool = True,
 ) -> RunData:
     """Read every part of the run at `run_uri` (`<events-uri>/<run_id>`), all workers merged.
 
     `chunks=False`: the chunk parts are not loaded, only their footers read (schema version,
     row count, a part that is not Parquet is named as unreadable); `chunk_paths` lists the
     readable ones for the out-of-core engine (analysis/derive/chunkfacts.py).
+    `requests=False` (with `chunks=False`): the request parts are left on disk too
+    (`request_paths`; analysis/steps/outofcore.py), `requests` an empty frame.
 
     Raises UsageError when nothing at the URI looks like a run, SchemaVersionError for parts
     or a manifest of an unknown major version. Missing and unreadable parts are skipped and
@@ -330,8 +341,9 @@ def load_run(
     }
 
     chunk_fs, chunk_path = None, {}
-    if not chunks:
-        chunk_keys = [k for k, p in parsed.items() if p.table == "chunks"]
+    left = ({"chunks"} if not chunks else set()) | ({"requests"} if not requests else set())
+    if left:
+        chunk_keys = [k for k, p in parsed.items() if p.table in left]
         chunk_fs, located = locate(store, chunk_keys)
         chunk_path = dict(zip(chunk_keys, located, strict=True))
 
@@ -354,7 +366,7 @@ def load_run(
 
     bar = Progress(len(parts), f"reading {run_id}", progress_stream) if progress else None
     tables: dict[str, list[pa.Table]] = {t: [] for t in schemas}
-    footers: list[_Footer] = []
+    footers: dict[str, list[_Footer]] = {"chunks": [], "requests": []}
     newer: SchemaVersionError | None = None
     # Raised only once every read has ended: raising out of pool.map while other parts were
     # still being decoded made the process abort now and then at exit (SIGABRT, "terminate
@@ -375,7 +387,7 @@ def load_run(
             comp.parts_read += 1
             name = parsed[key].table
             if isinstance(table, _Footer):
-                footers.append(table)
+                footers[name].append(table)
             else:
                 tables[name].append(table)
             comp.rows_read[name] += rows
@@ -389,7 +401,7 @@ def load_run(
     refuse_unreadable_requests(run_uri, requests_parts, comp)
     refuse_all_missing(run_id, run_uri, comp)
 
-    requests = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
+    request_frame = _to_pandas(tables.pop("requests"), REQUESTS_SCHEMA, REQUEST_COLUMNS)
     chunk_frame = None
     if chunks:
         chunk_frame = _to_pandas(tables.pop("chunks"), CHUNKS_SCHEMA, CHUNK_COLUMNS)
@@ -406,6 +418,27 @@ def load_run(
         warnings.extend(server_metrics.warnings)
     spans = read_spans(store, keys, warnings)
     return RunData(
-        run_uri, run_id, manifest, requests, chunk_frame, comp, warnings, server_metrics, samples,
-        stalls, None if chunks else sorted(f.path for f in footers), chunk_fs, spans,
+        run_uri, run_id, manifest, request_frame, chunk_frame, comp, warnings, server_metrics,
+        samples, stalls, None if chunks else sorted(f.path for f in footers["chunks"]),
+        chunk_fs, spans, None if requests else sorted(f.path for f in footers["requests"]),
+        comp.rows_read["requests"] if not requests else len(request_frame),
     )  # fmt: skip
+
+
+def read_requests(run: RunData) -> None:
+    """Read into memory the request parts a run left on disk (`load_run(..., requests=False)`):
+    a run the out-of-core steps do not cover yet takes the in-memory path."""
+    if run.request_paths is None:
+        return
+    filesystem = run.chunk_filesystem
+
+    def read(path: str) -> pa.Table:
+        with filesystem.open_input_file(path) as file:
+            return _read_part(file.read(), path, REQUESTS_SCHEMA, REQUEST_COLUMNS)
+
+    with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
+        tables = list(pool.map(read, run.request_paths))
+    run.requests = _to_pandas(tables, REQUESTS_SCHEMA, REQUEST_COLUMNS)
+    run.request_rows = len(run.requests)
+    run.request_paths = None
+    pa.default_memory_pool().release_unused()

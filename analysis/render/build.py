@@ -60,16 +60,18 @@ def build_report(
     limits = parse_limits(validity)  # a bad spec fails before anything is read, too
     memory_limit = parse_memory_limit(memory_limit)
     check_out_dir(out_dir)  # a file in the way fails before the run is read
-    run = load_run(run_uri, progress=progress, progress_stream=progress_stream, chunks=in_memory)
+    run = load_run(run_uri, progress=progress, progress_stream=progress_stream, chunks=in_memory,
+                   requests=in_memory)  # fmt: skip
     if in_memory:
         report = summarize_run(run, slo, by=by, validity=limits)
     else:
-        warning = over_limit_warning(memory_limit, run.requests)
-        if warning:
-            run.warnings.append(warning)
-        # the limit bounds the process: the engine gets what the request rows leave
-        with Engine(engine_share(memory_limit), spill_dir) as engine:
+        # the limit bounds the process: the engine gets what the process does not hold
+        with Engine(engine_share(memory_limit), spill_dir, on_disk=True) as engine:
             report = summarize_run(run, slo, engine, by, limits)
+            if not run.requests_on_disk:  # read into memory: a run not covered out of core
+                warning = over_limit_warning(memory_limit, run.requests)
+                if warning:
+                    report.warnings.append(warning)
     out = make_out_dir(out_dir)
     files = write_tables(report, out, csv_rows)
     files["report.md"] = out / "report.md"

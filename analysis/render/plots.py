@@ -15,19 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.derive.path import E2E_PARTS
-from analysis.read.clocks import aligned_sent_ns
 from analysis.render.present import PATH_LABELS
 from analysis.steps.aggregate import CURVE_QUANTILES
 
 if TYPE_CHECKING:
     from analysis.report.summary import Report
 
-_TIMELINE_BINS = 400
 _STEP_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
 
 
@@ -246,45 +243,22 @@ def latency_distributions(report: Report) -> Plot:
     return Plot("plot-distributions", "Per-step latency distributions (CDF)", _svg(fig))
 
 
-def sent_requests(report: Report) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """The requests that were sent (dropped arrivals never were, so never in flight), with
-    their send and end times on the master's clock (end -1 when unknown)."""
-    per = report.per_request
-    sent_rows = per["status"].to_numpy(str) != "dropped"
-    return per[sent_rows], _sent_ns(report)[sent_rows], report.table.done_ns[sent_rows]
-
-
-def _sent_ns(report: Report) -> np.ndarray:
-    """Each request's send time on the master's clock, as the step table computed it."""
-    sent = report.table.sent_ns
-    return aligned_sent_ns(report.per_request, report.manifest) if sent is None else sent
-
-
 def timeline(report: Report) -> Plot:
     """Requests in flight and errors over wall-clock time, steady windows shaded."""
-    per, sent, done = sent_requests(report)
+    bins = report.table.timeline_bins()
     fig = Figure(figsize=(12, 4), layout="constrained")
     ax = fig.subplots()
-    if len(sent) == 0:
+    if len(bins.in_flight) == 0:
         _no_data(ax)
         return Plot("plot-timeline", "Requests in flight and errors over time", _svg(fig))
-    t0 = int(sent.min())
-    last = int(max(sent.max(), done.max()))
-    edges = np.linspace(t0, max(last, t0 + 1), _TIMELINE_BINS + 1)
-    sent_sorted = np.sort(sent)
-    done_sorted = np.sort(done[done >= 0])
-    in_flight = np.searchsorted(sent_sorted, edges, "right") - np.searchsorted(
-        done_sorted, edges, "right"
-    )
-    x = (edges - t0) / 1e9
-    ax.step(x, in_flight, where="post", label="in flight", color="#4c72b0")
+    t0 = bins.t0
+    x = bins.edges_s
+    ax.step(x, bins.in_flight, where="post", label="in flight", color="#4c72b0")
     ax.set_xlabel("seconds since the first request")
     ax.set_ylabel("requests in flight")
-    failed = (per["status"].to_numpy(str) == "error") & (done >= 0)
-    if failed.any():
-        counts, _ = np.histogram(done[failed], bins=edges)
+    if bins.errors.any():
         ax2 = ax.twinx()
-        ax2.bar(x[:-1], counts, width=np.diff(x), align="edge", color="#c44e52", alpha=0.6)
+        ax2.bar(x[:-1], bins.errors, width=np.diff(x), align="edge", color="#c44e52", alpha=0.6)
         ax2.set_ylabel("errors per bin", color="#c44e52")
     for row in report.table.rows:
         if row["window_start_ns"] is None:
@@ -310,9 +284,8 @@ def server_metrics(report: Report) -> Plot | None:
         return None
     frame = scraped.frame
     at = frame["scraped_at_ns"].to_numpy(np.int64)
-    per = report.per_request
-    sent = _sent_ns(report)  # master clock, like the windows
-    ttft = per["ttft_s"].to_numpy(float) * 1000
+    sent, ttft = report.table.ttft_by_send()  # master clock, like the windows
+    ttft = ttft * 1000
     t0 = int(min(at.min(), sent.min())) if len(sent) else int(at.min())
     fig = Figure(figsize=(12, 7), layout="constrained")
     ax_ttft, ax_load, ax_kv = fig.subplots(3, 1, sharex=True)

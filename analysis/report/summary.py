@@ -17,6 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -42,9 +45,10 @@ from analysis.kernel.slo import Slo, parse_slo
 from analysis.read.clocks import clock_warnings
 from analysis.read.completeness import Completeness
 from analysis.read.engine import Engine
-from analysis.read.load import RunData
+from analysis.read.load import RunData, read_requests
 from analysis.read.server_metrics import ServerMetrics
 from analysis.steps.aggregate import StepTable, aggregate_steps
+from analysis.steps.outofcore import covers, engine_steps, write_requests
 
 SUMMARY_SCHEMA_VERSION: Final = "1.5"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
@@ -232,6 +236,13 @@ def summarize_run(
     saturation = (limits["cpu"], limits["lag_ms"])
     warnings: list[str] = [*run.warnings]
     slo, slo_source = _choose_slo(slo, run.manifest, warnings)
+    if run.requests_on_disk:
+        with contextlib.ExitStack() as stack:
+            if engine is None:
+                engine = stack.enter_context(Engine(on_disk=True))
+            if covers(run, engine):
+                return _summarize_on_disk(run, slo, slo_source, engine, by, limits, warnings)
+        read_requests(run)  # not covered out of core yet: the in-memory request path
     if run.chunks is not None:
         metrics = compute_request_metrics(run.requests, run.chunks)
         table = aggregate_steps(run, metrics, slo, MemoryChunkFacts(metrics, run.requests,
@@ -246,15 +257,40 @@ def summarize_run(
             per_request = with_chunk_metrics(timing, facts.per_request)
             metrics = RequestMetrics(per_request, None, None, facts.orphan_chunks)
             table = aggregate_steps(run, metrics, slo, facts, by, saturation)
+    return _report(run, slo, slo_source, table, limits, warnings, metrics.itl)
+
+
+def _summarize_on_disk(
+    run: RunData, slo: Slo, slo_source: str, engine: Engine, by: str | None, limits: Limits,
+    warnings: list[str],
+) -> Report:  # fmt: skip
+    """summarize_run of a run whose request rows stay on disk (analysis/steps/outofcore.py);
+    requests.parquet is written by the engine into a folder of the report's own, which
+    write_tables moves into the output folder."""
+    saturation = (limits["cpu"], limits["lag_ms"])
+    table, _ = engine_steps(run, engine, slo, by, saturation)
+    folder = tempfile.mkdtemp(prefix="llmload-requests-", dir=engine.spill_root)
+    table.requests_file = Path(folder) / "requests.parquet"
+    report = _report(run, slo, slo_source, table, limits, warnings, None)
+    # removed with the report: write_tables moves the file out of it first
+    weakref.finalize(report, shutil.rmtree, folder, True)
+    write_requests(engine, table.requests_file, slo)
+    return report
+
+
+def _report(
+    run: RunData, slo: Slo, slo_source: str, table: StepTable, limits: Limits,
+    warnings: list[str], itl: Samples | None,
+) -> Report:  # fmt: skip
     warnings.extend(table.warnings)
     warnings.extend(clock_warnings(run.manifest))
-    if run.requests.empty:
+    if run.request_rows == 0:
         warnings.append("the run holds no request rows: there is nothing to summarise")
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
     report.server_metrics = run.server_metrics
     report.slo_source = slo_source
     report.verdict = judge_run(table.rows, run.manifest, run.completeness, limits, warnings)
-    report.itl = metrics.itl
+    report.itl = itl
     report.search = summarize_search(run.manifest, table, slo)
     if report.search is not None:
         warnings.extend(report.search.warnings)
@@ -277,18 +313,28 @@ def write_tables(report: Report, out_dir: Path, csv_rows: int = CSV_ROWS) -> dic
         "summary.csv": out_dir / "summary.csv",
         "summary.json": out_dir / "summary.json",
     }
-    table = pa.Table.from_pandas(report.per_request, preserve_index=False)
-    pq.write_table(table, files["requests.parquet"])
-    if csv_rows and len(table) > csv_rows:
+    written = report.table.requests_file
+    if written is not None and written != files["requests.parquet"]:  # the engine's path
+        shutil.move(written, files["requests.parquet"])
+        report.table.requests_file = files["requests.parquet"]
+        rows = report.table.request_rows
+    else:
+        table = pa.Table.from_pandas(report.per_request, preserve_index=False)
+        pq.write_table(table, files["requests.parquet"])
+        rows = len(table)
+    if csv_rows and rows > csv_rows:
         report.warnings.append(
-            f"requests.csv not written: {len(table):,} requests are more than --csv-rows "
+            f"requests.csv not written: {rows:,} requests are more than --csv-rows "
             f"{csv_rows:,}; requests.parquet holds them all (or give --csv-rows 0 to write the "
             "CSV anyway)"
         )
         (out_dir / "requests.csv").unlink(missing_ok=True)  # not a stale one of an earlier run
     else:
         files["requests.csv"] = out_dir / "requests.csv"
-        pacsv.write_csv(table, files["requests.csv"])
+        parquet = pq.ParquetFile(files["requests.parquet"])  # streamed: a batch at a time
+        with pacsv.CSVWriter(files["requests.csv"], parquet.schema_arrow) as writer:
+            for batch in parquet.iter_batches(batch_size=65_536):
+                writer.write_batch(batch)
     report.summary.to_csv(files["summary.csv"], index=False, na_rep="")
     if report.sessions is not None:
         files["sessions.parquet"] = out_dir / "sessions.parquet"

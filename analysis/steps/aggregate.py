@@ -27,12 +27,14 @@ workers. No data gives NaN (None in JSON), never 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from analysis.derive import cachestate, openloop, path, sessions
 from analysis.derive.cachestate import step_entry
@@ -128,20 +130,105 @@ PER_REQUEST_COLUMNS: Final = (
 and what it computes of each request."""
 
 
+TIMELINE_BINS: Final = 400
+"""Bins of the timeline plot (requests in flight and errors over the run)."""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Requests in flight at each of TIMELINE_BINS + 1 edges from the run's first send
+    (`t0`, ns, `width` ns apart: a request is in flight from the edge its send rounds up to,
+    to the edge its end rounds up to) and the failed requests that ended in each bin. The
+    same definition in memory (`of`) and in the engine (analysis/steps/outofcore.py)."""
+
+    t0: int
+    width: float
+    in_flight: np.ndarray
+    errors: np.ndarray
+    sent: int = 0  # the requests drawn (dropped arrivals were never sent, nor in flight)
+
+    @classmethod
+    def empty(cls) -> Timeline:
+        return cls(0, 0.0, np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    @classmethod
+    def of(cls, sent: np.ndarray, done: np.ndarray, failed: np.ndarray) -> Timeline:
+        """From the sent requests' send and end times (end -1: unknown) and failure flags."""
+        if len(sent) == 0:
+            return cls.empty()
+        t0 = int(sent.min())
+        last = max(int(sent.max()), int(done.max()), t0 + 1)
+        width = (last - t0) / TIMELINE_BINS
+
+        def edge(t: np.ndarray) -> np.ndarray:
+            return np.clip(np.ceil((t - t0) / width), 0, TIMELINE_BINS).astype(np.int64)
+
+        ended = done >= 0
+        sent_n = np.bincount(edge(sent), minlength=TIMELINE_BINS + 1)
+        done_n = np.bincount(edge(done[ended]), minlength=TIMELINE_BINS + 1)
+        bad = failed & (done >= t0) & (done <= last)
+        which = np.minimum(np.floor((done[bad] - t0) / width), TIMELINE_BINS - 1).astype(np.int64)
+        return cls(t0, width, np.cumsum(sent_n) - np.cumsum(done_n),
+                   np.bincount(which, minlength=TIMELINE_BINS), len(sent))  # fmt: skip
+
+    @property
+    def edges_s(self) -> np.ndarray:
+        """The edges in seconds since `t0`."""
+        return np.arange(len(self.in_flight)) * self.width / 1e9
+
+
 @dataclass
 class StepTable:
     """Summary rows (cold group first, then steps in order) and the per-request table."""
 
     rows: list[dict[str, Any]]
-    per_request: pd.DataFrame
-    done_ns: np.ndarray  # per request: wall-clock end of the response, -1 when unknown
+    _per_request: pd.DataFrame | None  # None: in `requests_file` (the engine's path)
+    done_ns: np.ndarray | None  # per request: wall-clock end of the response, -1 when unknown
     curves: list[dict[str, np.ndarray]]  # per row: metric -> quantiles at CURVE_QUANTILES
     warnings: list[str] = field(default_factory=list)
     sessions: SessionTable | None = None  # one row per session; None: the run has none
     turns: list[dict[str, Any]] = field(default_factory=list)  # the by-turn table
     sent_ns: np.ndarray | None = None
     """Per request: its send time on the master's clock (`aligned_sent_ns`), computed once
-    here for the windows, the steps and the plots."""
+    here for the windows, the steps and the plots; None on the engine's path."""
+    timeline: Timeline | None = None  # the plot's bins (made from the arrays when None)
+    ttft_sample: tuple[np.ndarray, np.ndarray] | None = None
+    """(send time on the master's clock, TTFT s) of the requests the server-metrics plot
+    draws: every sent request in memory, a bounded sample on the engine's path."""
+    good_in_window: Callable[[Slo, Window], int | None] | None = None
+    """The engine's count of good requests ended in a window (judge.search); None in memory."""
+    request_rows: int = 0
+    requests_file: Path | None = None  # requests.parquet once written (the engine's path)
+
+    @property
+    def per_request(self) -> pd.DataFrame:
+        """The per-request table; on the engine's path read back from requests.parquet (for
+        a library caller: the report itself never holds it)."""
+        if self._per_request is None:
+            if self.requests_file is None:
+                raise ValueError("the per-request table is not written yet (write_tables)")
+            self._per_request = pq.read_table(self.requests_file).to_pandas()
+        return self._per_request
+
+    @property
+    def in_memory(self) -> bool:
+        return self.done_ns is not None
+
+    def timeline_bins(self) -> Timeline:
+        if self.timeline is None:
+            assert self.done_ns is not None and self.sent_ns is not None
+            per = self.per_request
+            status = per["status"].to_numpy(str)
+            sent_rows = status != "dropped"
+            self.timeline = Timeline.of(self.sent_ns[sent_rows], self.done_ns[sent_rows],
+                                        status[sent_rows] == "error")  # fmt: skip
+        return self.timeline
+
+    def ttft_by_send(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.ttft_sample is None:
+            assert self.sent_ns is not None
+            self.ttft_sample = (self.sent_ns, self.per_request["ttft_s"].to_numpy(float))
+        return self.ttft_sample
 
     @property
     def has_sessions(self) -> bool:
@@ -589,14 +676,41 @@ def _prompt_offset_warning(name: str, a: _Arrays, latency: np.ndarray) -> list[s
     if not asked.any():
         return []
     offset = a.prompt_offset[asked]
-    off = float(np.abs(offset).mean())
+    return prompt_offset_warning(name, float(np.abs(offset).mean()), float(offset.mean()),
+                                 int(asked.sum()))  # fmt: skip
+
+
+def prompt_offset_warning(name: str, off: float, mean: float, asked: int) -> list[str]:
+    """The warning of a step whose `asked` prompts came out `off` tokens off on average
+    (absolute; `mean` signed), when that is more than PROMPT_OFFSET_MAX."""
     if off <= PROMPT_OFFSET_MAX:
         return []
     return [
         f"{name}: prompts came out {off:.1f} tokens off the requested length on average "
-        f"(mean {float(offset.mean()):+.1f}; {int(asked.sum())} successful requests of "
-        f"{PROMPT_OFFSET_FROM}+ tokens, server usage vs prompt_tokens_requested); give "
-        "--tokenizer with the served model's tokenizer for exact prompt lengths"
+        f"(mean {mean:+.1f}; {asked} successful requests of {PROMPT_OFFSET_FROM}+ tokens, "
+        "server usage vs prompt_tokens_requested); give --tokenizer with the served model's "
+        "tokenizer for exact prompt lengths"
+    ]
+
+
+def judge_slo(row: dict[str, Any], slo: Slo) -> None:
+    """A step row's `slo_pass` and `slo_failures` (None and "" for the cold group or without
+    objectives)."""
+    if row["group"] == "step" and slo.objectives:
+        failures = slo.failures(row)
+        row["slo_pass"] = not failures
+        row["slo_failures"] = "; ".join(failures)
+    else:
+        row["slo_pass"] = None
+        row["slo_failures"] = ""
+
+
+def orphan_warnings(orphans: int) -> list[str]:
+    if not orphans:
+        return []
+    return [
+        f"{orphans} chunk row(s) belong to no request row (a requests part is missing?); they "
+        "are left out of every statistic"
     ]
 
 
@@ -682,20 +796,10 @@ def aggregate_steps(
         )
         for part in a.parts:
             warnings.extend(part.warnings(name, row, view))
-        if row["group"] == "step" and slo.objectives:
-            failures = slo.failures(row)
-            row["slo_pass"] = not failures
-            row["slo_failures"] = "; ".join(failures)
-        else:
-            row["slo_pass"] = None
-            row["slo_failures"] = ""
+        judge_slo(row, slo)
     for part in a.parts:
         warnings.extend(part.run_warnings())
-    if facts.orphan_chunks:
-        warnings.append(
-            f"{facts.orphan_chunks} chunk row(s) belong to no request row (a requests part "
-            "is missing?); they are left out of every statistic"
-        )
+    warnings.extend(orphan_warnings(facts.orphan_chunks))
 
     per = pd.concat(
         [req.reset_index(drop=True), metrics.per_request.reset_index(drop=True)], axis=1
