@@ -36,6 +36,7 @@ from analysis.derive.metrics import NS_PER_S, RequestMetrics, chunk_request_inde
 from analysis.derive.stats import DistributionSummary, SortedSamples
 from analysis.derive.windows import Window
 from analysis.kernel.errors import EventDataError, InvalidTimelineError
+from analysis.kernel.layout import parse_part_key
 from analysis.kernel.percentiles import PERCENTILES
 
 CURVE_QUANTILES: Final = np.linspace(0.0, 1.0, 201)
@@ -264,6 +265,7 @@ class EngineChunkFacts:
         for paths in self.batches or [[]]:
             self.engine.register_parts("chunks", [(paths, self.filesystem)] if paths else [],
                                        view="llmload_batch")  # fmt: skip
+            self._on_batch(paths)
             rows = self.engine.sql("SELECT count(*) AS n FROM llmload_batch").to_pylist()[0]["n"]
             most = max(1_000, self.engine.memory_bytes // WINDOW_ROW_BYTES)
             slices = max(1, -(-int(rows) // most)) if sliced else 1
@@ -273,6 +275,9 @@ class EngineChunkFacts:
                     f"CREATE OR REPLACE VIEW llmload_chunks AS SELECT * FROM llmload_batch{where}"
                 )
                 yield
+
+    def _on_batch(self, paths: list[str]) -> None:
+        """Before each batch of parts is read (TableChunkFacts narrows its request rows)."""
 
     def _register(self, group: np.ndarray, sent: np.ndarray, elig: np.ndarray) -> None:
         table = pa.table({
@@ -495,12 +500,31 @@ class TableChunkFacts(EngineChunkFacts):
         """Each group's chunk facts; `request_sql` selects the request rows as `llmload_req`
         wants them (rid, r, g: the latency group or -1, e: the eligibility code or -1, sent,
         end_s)."""
-        self.engine.con.execute(f"CREATE OR REPLACE VIEW llmload_req AS {request_sql}")
-        return self._group_facts(groups, windows, window_of)
+        self.engine.con.execute(
+            f"CREATE OR REPLACE TABLE llmload_req_all AS {request_sql} ORDER BY worker_id"
+        )  # ordered by worker: a batch's query reads only its worker's row groups
+        self.engine.con.execute(
+            "CREATE OR REPLACE VIEW llmload_req AS SELECT * FROM llmload_req_all"
+        )
+        try:
+            return self._group_facts(groups, windows, window_of)
+        finally:
+            self.engine.con.execute("DROP TABLE IF EXISTS llmload_req_all")
+
+    def _on_batch(self, paths: list[str]) -> None:
+        """A batch is one worker's parts (by_folder): its chunks join its requests only."""
+        key = "/".join(paths[0].rsplit("/", 3)[-3:]) if paths else ""
+        part = parse_part_key(key)
+        where = (
+            f" WHERE worker_id = '{part.worker_id.replace(chr(39), chr(39) * 2)}'" if part else ""
+        )
+        self.engine.con.execute(
+            f"CREATE OR REPLACE VIEW llmload_req AS SELECT * FROM llmload_req_all{where}"
+        )
 
     def _ids_of(self, rows: list[int]) -> list[str]:
         listed = ", ".join(str(int(r)) for r in rows)
         found = self.engine.sql(
-            f"SELECT rid FROM llmload_req WHERE r IN ({listed}) ORDER BY r"
+            f"SELECT rid FROM llmload_req_all WHERE r IN ({listed}) ORDER BY r"
         ).to_pylist()
         return [str(row["rid"]) for row in found]

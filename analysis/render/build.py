@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from analysis.judge.verdict import parse_limits
+from analysis.kernel.errors import UsageError
 from analysis.kernel.slo import Slo, parse_slo
 from analysis.read.engine import (
     DEFAULT_MEMORY_LIMIT,
@@ -47,6 +48,7 @@ def build_report(
     spill_dir: str | None = None,
     by: str | None = None,
     validity: str | None = None,
+    jobs: int | None = None,
 ) -> Report:
     """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
 
@@ -54,8 +56,12 @@ def build_report(
     `memory_limit`, spilling to `spill_dir`), not loaded; `in_memory=True` loads it and
     computes with numpy instead (the reference path: the same figures). The SLO spec is
     parsed before anything is read, so a bad spec writes nothing. `by="model"`: one summary
-    row per step and model; `validity`: the verdict's limits (`--validity`, analysis/judge/verdict.py).
+    row per step and model; `validity`: the verdict's limits (`--validity`, analysis/judge/verdict.py);
+    `jobs`: the engine's threads (`--jobs`; default: the machine's cores), all under the one
+    memory limit.
     """
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more (the engine's threads), not {jobs}")
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     limits = parse_limits(validity)  # a bad spec fails before anything is read, too
     memory_limit = parse_memory_limit(memory_limit)
@@ -66,7 +72,7 @@ def build_report(
         report = summarize_run(run, slo, by=by, validity=limits)
     else:
         # the limit bounds the process: the engine gets what the process does not hold
-        with Engine(engine_share(memory_limit), spill_dir, on_disk=True) as engine:
+        with Engine(engine_share(memory_limit), spill_dir, jobs, on_disk=True) as engine:
             report = summarize_run(run, slo, engine, by, limits)
             if not run.requests_on_disk:  # read into memory: a run not covered out of core
                 warning = over_limit_warning(memory_limit, run.requests)

@@ -333,7 +333,7 @@ def by_turn(report: Report) -> Plot | None:
     session resends, and the server's prefix cache, shape its later turns. None without
     sessions."""
     rows = report.turns
-    if report.sessions is None or not rows:
+    if not report.table.has_sessions or not rows:
         return None
     turn = _values(rows, "turn")
     fig = Figure(figsize=(12, 3.6), layout="constrained")

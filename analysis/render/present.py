@@ -148,7 +148,7 @@ TURN_TABLE: Final = (
 
 def session_table(report: Report) -> tuple[list[str], list[list[str]]]:
     """Session columns per step; no rows when the run has no sessions."""
-    if report.sessions is None:
+    if not report.table.has_sessions:
         return [h for h, _ in SESSION_TABLE], []
     rows = [r for r in report.table.rows if r["group"] == "step" or r.get("sessions")]
     return [h for h, _ in SESSION_TABLE], [[cell(r) for _, cell in SESSION_TABLE] for r in rows]

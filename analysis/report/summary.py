@@ -48,7 +48,7 @@ from analysis.read.engine import Engine
 from analysis.read.load import RunData, read_requests
 from analysis.read.server_metrics import ServerMetrics
 from analysis.steps.aggregate import StepTable, aggregate_steps
-from analysis.steps.outofcore import covers, engine_steps, write_requests
+from analysis.steps.outofcore import covers, engine_steps, write_requests, write_sessions
 
 SUMMARY_SCHEMA_VERSION: Final = "1.5"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
@@ -97,7 +97,11 @@ class Report:
     @property
     def sessions(self) -> pd.DataFrame | None:
         """One row per session (sessions.csv); None when the run has no sessions."""
-        return self.table.sessions.frame if self.table.sessions is not None else None
+        if self.table.sessions is not None:
+            return self.table.sessions.frame
+        if self.table.sessions_file is not None:  # the engine's path: read back when asked
+            return pq.read_table(self.table.sessions_file).to_pandas()
+        return None
 
     @property
     def turns(self) -> list[dict[str, Any]]:
@@ -275,6 +279,9 @@ def _summarize_on_disk(
     # removed with the report: write_tables moves the file out of it first
     weakref.finalize(report, shutil.rmtree, folder, True)
     write_requests(engine, table.requests_file, slo)
+    if table.sessions_on_disk:
+        table.sessions_file = Path(folder) / "sessions.parquet"
+        write_sessions(engine, table.sessions_file)
     return report
 
 
@@ -331,12 +338,17 @@ def write_tables(report: Report, out_dir: Path, csv_rows: int = CSV_ROWS) -> dic
         (out_dir / "requests.csv").unlink(missing_ok=True)  # not a stale one of an earlier run
     else:
         files["requests.csv"] = out_dir / "requests.csv"
-        parquet = pq.ParquetFile(files["requests.parquet"])  # streamed: a batch at a time
-        with pacsv.CSVWriter(files["requests.csv"], parquet.schema_arrow) as writer:
-            for batch in parquet.iter_batches(batch_size=65_536):
-                writer.write_batch(batch)
+        _csv_of(files["requests.parquet"], files["requests.csv"])
     report.summary.to_csv(files["summary.csv"], index=False, na_rep="")
-    if report.sessions is not None:
+    on_disk = report.table.sessions_file
+    if on_disk is not None:  # the engine's path: moved, and its CSV streamed from it
+        files["sessions.parquet"] = out_dir / "sessions.parquet"
+        files["sessions.csv"] = out_dir / "sessions.csv"
+        if on_disk != files["sessions.parquet"]:
+            shutil.move(on_disk, files["sessions.parquet"])
+            report.table.sessions_file = files["sessions.parquet"]
+        _csv_of(files["sessions.parquet"], files["sessions.csv"])
+    elif report.sessions is not None:
         files["sessions.parquet"] = out_dir / "sessions.parquet"
         files["sessions.csv"] = out_dir / "sessions.csv"
         sessions = pa.Table.from_pandas(report.sessions, preserve_index=False)
@@ -345,6 +357,14 @@ def write_tables(report: Report, out_dir: Path, csv_rows: int = CSV_ROWS) -> dic
     text = json.dumps(report.to_json(), indent=2, allow_nan=False)
     files["summary.json"].write_text(text + "\n", encoding="utf-8")
     return files
+
+
+def _csv_of(parquet: Path, csv: Path) -> None:
+    """A Parquet file's rows as CSV, streamed a batch at a time."""
+    source = pq.ParquetFile(parquet)
+    with pacsv.CSVWriter(csv, source.schema_arrow) as writer:
+        for batch in source.iter_batches(batch_size=65_536):
+            writer.write_batch(batch)
 
 
 def check_out_dir(out_dir: str | Path) -> None:

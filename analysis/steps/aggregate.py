@@ -199,6 +199,8 @@ class StepTable:
     """The engine's count of good requests ended in a window (judge.search); None in memory."""
     request_rows: int = 0
     requests_file: Path | None = None  # requests.parquet once written (the engine's path)
+    sessions_on_disk: bool = False  # the engine's path: the run has sessions (sessions_file)
+    sessions_file: Path | None = None  # sessions.parquet once written (the engine's path)
 
     @property
     def per_request(self) -> pd.DataFrame:
@@ -232,7 +234,7 @@ class StepTable:
 
     @property
     def has_sessions(self) -> bool:
-        return self.sessions is not None
+        return self.sessions is not None or self.sessions_on_disk
 
     @property
     def frame(self) -> pd.DataFrame:

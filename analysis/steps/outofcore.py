@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from analysis.derive.cachestate import PrefixPlan, cache_warnings, step_entry
@@ -40,7 +41,11 @@ from analysis.derive.chunkfacts import CURVE_QUANTILES, GroupChunks, TableChunkF
 from analysis.derive.openloop import open_loop_warnings
 from analysis.derive.path import PARTS as PATH_PARTS
 from analysis.derive.path import path_warnings
-from analysis.derive.sessions import cached_tokens_message, session_columns
+from analysis.derive.sessions import (
+    STEP_SESSION_COLUMNS,
+    cached_tokens_message,
+    session_columns,
+)
 from analysis.derive.stats import DistributionSummary
 from analysis.derive.windows import StepPlan, StepSeen, Window, plan_from
 from analysis.derive.workers import WorkerHealth
@@ -72,6 +77,9 @@ from analysis.steps.aggregate import (
 _RANK_TOLERANCE: Final = 1e-9  # as analysis/derive/stats.py
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
+SPANS_HELD: Final = 2_000_000
+"""A run with more engine spans than this is reported in memory: its spans are read into
+memory whole (analysis/kernel/spans.py), the engine path would hold them beside its own."""
 TTFT_SAMPLE: Final = 20_000
 """At most about this many requests' (send time, TTFT) for the server-metrics plot: those
 whose id hashes into the sample, the same on every report of the run."""
@@ -86,17 +94,15 @@ _ORDERED_OFFSETS: Final = (
 
 
 def covers(run: RunData, engine: Any) -> bool:
-    """Whether this path computes every figure of the run: not yet runs with sessions, engine
-    spans or shared prefixes (those take the in-memory path)."""
-    if run.spans is not None and len(run.spans):
-        return False
-    if PrefixPlan.of(run.manifest) is not None:
-        return False
-    _register_requests(run, engine)
-    row = engine.sql("SELECT count(session_id) + count(turn) AS n FROM llmload_rparts").to_pylist()[
-        0
-    ]
-    return not row["n"]
+    """Whether this path computes every figure of the run: every run but one whose engine
+    spans are too many to hold (they are read into memory: analysis/kernel/spans.py), which
+    takes the in-memory path."""
+    return run.spans is None or len(run.spans) <= SPANS_HELD
+
+
+def _exists(engine: Any, table: str) -> bool:
+    found = engine.sql(f"SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = {_q(table)}")
+    return bool(found.to_pylist()[0]["n"])
 
 
 def _register_requests(run: RunData, engine: Any) -> None:
@@ -114,7 +120,6 @@ def _q(text: str) -> str:
 _REQUEST_TABLE_SQL: Final = """
 CREATE OR REPLACE TABLE llmload_rq AS
 SELECT q.*,
-       row_number() OVER () - 1 AS r,
        q.sent_at_ns - coalesce(o.offset_ns, 0) AS sent,
        CASE WHEN q.end_ns IS NULL THEN -1
             ELSE q.sent_at_ns - coalesce(o.offset_ns, 0) + q.end_ns END AS done,
@@ -169,7 +174,7 @@ def _checks(engine: Any) -> None:
     negative or disordered offsets, a negative token count (EventDataError)."""
     dup = (
         engine.sql(
-            "SELECT request_id FROM llmload_rq GROUP BY request_id HAVING count(*) > 1 "
+            "SELECT request_id FROM llmload_rqr GROUP BY request_id HAVING count(*) > 1 "
             "ORDER BY min(r)"
         )
         .column(0)
@@ -195,7 +200,7 @@ def _checks(engine: Any) -> None:
     for i, (cond, reason) in enumerate(checks):
         if found[f"c{i}"]:
             ids = (
-                engine.sql(f"SELECT request_id FROM llmload_rq WHERE {cond} ORDER BY r")
+                engine.sql(f"SELECT request_id FROM llmload_rqr WHERE {cond} ORDER BY r")
                 .column(0)
                 .to_pylist()
             )
@@ -338,7 +343,7 @@ def _groups_table(engine: Any, plan: _Plan, by: str | None) -> None:
     engine.con.execute(f"""
         CREATE OR REPLACE VIEW llmload_rg AS
         SELECT q.*, g.gid, coalesce(g.is_step, false) AS steady
-        FROM llmload_rq q LEFT JOIN llmload_groups g
+        FROM llmload_rqr q LEFT JOIN llmload_groups g
           ON g.gstep = CASE WHEN q.cold THEN -1 ELSE q.step END {model_join}
          AND q.sent BETWEEN g.ws AND g.we
     """)  # fmt: skip
@@ -468,7 +473,13 @@ SELECT gid,
        avg(abs(prompt_offset)) FILTER (WHERE is_ok AND prompt_tokens_requested >= %(offset_from)s
                                        AND NOT isnan(prompt_offset)) AS offset_abs,
        avg(prompt_offset) FILTER (WHERE is_ok AND prompt_tokens_requested >= %(offset_from)s
-                                  AND NOT isnan(prompt_offset)) AS offset_mean
+                                  AND NOT isnan(prompt_offset)) AS offset_mean,
+       count(*) FILTER (WHERE is_ok AND cached_tokens IS NOT NULL AND prompt_tokens IS NOT NULL)
+           AS both_n,
+       sum(%(implied)s) FILTER (WHERE is_ok AND cached_tokens IS NOT NULL
+                                AND prompt_tokens IS NOT NULL) AS implied_both,
+       sum(prompt_tokens) FILTER (WHERE is_ok AND prompt_tokens IS NOT NULL) AS prompt_only,
+       sum(%(implied)s) FILTER (WHERE is_ok AND prompt_tokens IS NOT NULL) AS implied_only
 FROM llmload_rg WHERE gid IS NOT NULL GROUP BY gid
 """
 """Each group's counts, means and sums over its members (sent requests of its window; the
@@ -658,6 +669,8 @@ def engine_steps(
     """The step table of a run whose request parts are on disk (`load_run(..., chunks=False,
     requests=False)`) and the chunk rows of no request; see the module doc. `covers(run,
     engine)` must have said yes."""
+    for stale in ("llmload_path", "llmload_sess"):  # an earlier run's, in the same engine
+        engine.con.execute(f"DROP TABLE IF EXISTS {stale}")
     _register_requests(run, engine)
     offsets = worker_offsets_ns(run.manifest)
     engine.con.register("llmload_off", pa.table({
@@ -666,6 +679,7 @@ def engine_steps(
     }))  # fmt: skip
     facts = TableChunkFacts(engine, by_folder(run.chunk_paths or []), run.chunk_filesystem)
     engine.con.execute(_REQUEST_TABLE_SQL % {"replayed": _replayed_sql()})
+    engine.con.execute("CREATE OR REPLACE VIEW llmload_rqr AS SELECT rowid AS r, * FROM llmload_rq")
     _checks(engine)
     facts.count_orphans("llmload_rq")
     plan = _plan(run, engine, by)
@@ -692,14 +706,28 @@ def engine_steps(
     elig_sql = f"CASE WHEN is_dropped THEN -1 {elig_case} ELSE -1 END" if elig_codes else "-1"
     chunks = facts.table_groups(
         f"SELECT request_id AS rid, r, CASE WHEN is_ok THEN coalesce(gid, -1) ELSE -1 END AS g, "
-        f"{elig_sql} AS e, sent, end_ns / 1e9 AS end_s FROM llmload_rg",
+        f"{elig_sql} AS e, sent, end_ns / 1e9 AS end_s, worker_id FROM llmload_rg",
         len(gs), windows, window_of,
     )  # fmt: skip
 
+    has_paths = _path(engine, run)
+    paths = _path_columns(engine) if has_paths else None
+    has_sessions = _sessions(engine)
+    sessions = _session_columns(engine) if has_sessions else None
     rate_gids = [g.gid for g in gs if g.plan is not None and g.plan.mode == "rate"]
     ranks, stats = _ranks(engine, _values_sql(rate_gids), _KIND_QS)
-    sums = {int(r["gid"]): r for r in engine.sql(
-        _GROUP_SQL % {"offset_from": PROMPT_OFFSET_FROM}).to_pylist()}  # fmt: skip
+    prefix = PrefixPlan.of(run.manifest)
+    implied = "NULL::DOUBLE"
+    if prefix is not None:  # cachestate.PrefixPlan.implied_tokens
+        b = prefix.block_size
+        implied = (f"{b} * greatest(least({prefix.tokens // b}, "
+                   f"floor((prompt_tokens - 1) / {b})), 0)")  # fmt: skip
+    sums = {
+        int(r["gid"]): r
+        for r in engine.sql(
+            _GROUP_SQL % {"offset_from": PROMPT_OFFSET_FROM, "implied": implied}
+        ).to_pylist()
+    }
     errors: dict[int, dict[str, int]] = {}
     for r in engine.sql(_ERROR_SQL).to_pylist():
         errors.setdefault(int(r["gid"]), {})[str(r["error_kind"])] = int(r["n"])
@@ -734,7 +762,7 @@ def engine_steps(
         s = sums.get(g.gid, {})
         row, curve = _row(g, s, chunk, ranks, stats, errors.get(g.gid, {}), in_window,
                           good_members, good is not None, tagged, cold_total, measured, health,
-                          run, by)  # fmt: skip
+                          run, by, sessions, paths)  # fmt: skip
         rows.append(row)
         curves.append(curve)
 
@@ -761,7 +789,9 @@ def engine_steps(
         judge_slo(row, slo)
     warnings.extend(_cached_warning(engine))
     warnings.extend(orphan_warnings(facts.orphan_chunks))
-    table = StepTable(rows, None, None, curves, warnings, None, [], None)
+    turns = _turn_rows(engine) if has_sessions else []
+    table = StepTable(rows, None, None, curves, warnings, None, turns, None)
+    table.sessions_on_disk = has_sessions
     table.timeline = _timeline(engine)
     table.ttft_sample = _ttft_sample(engine, run.request_rows)
     table.good_in_window = _good_counter(engine)
@@ -782,6 +812,8 @@ def _row(
     errors: dict[str, int], in_window: dict[int, dict[str, float]], good_members: dict[int, int],
     has_good: bool, tagged: dict[tuple[int, Any], int], cold_total: dict[Any, int], measured: bool,
     health: WorkerHealth, run: RunData, by: str | None,
+    sessions: dict[int, dict[str, Any]] | None = None,
+    paths: dict[int, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:  # fmt: skip
     """One summary row in aggregate._group_row's columns and order, and its curves."""
     mode = g.plan.mode if g.plan is not None else None
@@ -879,14 +911,18 @@ def _row(
         "requests_queued": _queued_count(s, g) if rate_step else None,
         "queued_p99_ms": float(queued[0]) if queued is not None else float("nan"),
     })  # fmt: skip
-    row.update(session_columns(None, np.zeros(0, bool)))
+    row.update(session_columns(None, np.zeros(0, bool)))  # missing without sessions
+    if sessions is not None:
+        row.update({c: 0 if c in ("sessions", "sessions_complete", "sessions_error",
+                                  "sessions_cut") else float("nan") for c in STEP_SESSION_COLUMNS})  # fmt: skip
+        row.update(sessions.get(g.gid, {}))
     entry = step_entry(run.manifest, g.step)
     phase = (entry or {}).get("cache_phase") or {}
     cached_of = _f(s.get("cached_of"))
     row.update({
         "cached_tokens_pct": 100.0 * _f(s.get("cached")) / cached_of
         if cached_of == cached_of and cached_of > 0 else float("nan"),
-        "cached_implied_pct": float("nan"),
+        "cached_implied_pct": _implied_pct(s),
         "cache_phase": phase.get("phase"),
         "cache_flush": phase.get("flush"),
         "cache_primed": phase.get("primed") if "prime" in str(phase.get("phase")) else None,
@@ -901,7 +937,20 @@ def _row(
     row["span_share"] = float("nan")
     for part in PATH_PARTS:
         row[f"{part}_mean_s"] = row[f"{part}_p50_s"] = row[f"{part}_p99_s"] = float("nan")
+    if paths is not None:  # the run has spans: a group without successful requests has NaN
+        row.update(paths.get(g.gid, {}))
     return row, curves
+
+
+def _implied_pct(s: Mapping[str, Any]) -> float:
+    """cachestate.cache_columns' implied share: over the successful requests that report
+    cached tokens where any does, else over those with a prompt count."""
+    if s.get("implied_only") is None:
+        return float("nan")  # no shared prefix, or no prompt count
+    both = bool(s.get("both_n"))
+    total = _f(s.get("cached_of") if both else s.get("prompt_only"))
+    implied = _f(s.get("implied_both") if both else s.get("implied_only"))
+    return 100.0 * implied / total if total == total and total > 0 else float("nan")
 
 
 def _queued_count(s: Mapping[str, Any], g: _Group) -> int:
@@ -991,7 +1040,7 @@ def write_requests(engine: Any, path: Path, slo: Slo) -> int:
     from analysis.derive.path import PER_REQUEST_COLUMNS as PATH_COLUMNS
 
     computed = {
-        "steady": "steady",
+        "steady": "q.steady",
         "good": "NULL::BOOLEAN",
         "span": "false",
         **{c: "NULL::DOUBLE" for c in PATH_COLUMNS if c != "span"},
@@ -999,10 +1048,261 @@ def write_requests(engine: Any, path: Path, slo: Slo) -> int:
     good = good_sql(slo)
     if good is not None:
         computed["good"] = f"({good})"
-    columns = ", ".join(f"{computed[c]} AS {c}" if c in computed else c
+    source = "llmload_rg"
+    if _exists(engine, "llmload_path"):  # the run's spans: each request's path
+        computed.update({c: f"p.{c}" for c in PATH_COLUMNS})
+        source = "llmload_rg q LEFT JOIN llmload_path p ON p.r = q.r"
+    columns = ", ".join(f"{computed[c]} AS {c}" if c in computed else f"q.{c}"
                         for c in PER_REQUEST_COLUMNS)  # fmt: skip
+    if source == "llmload_rg":
+        source = "llmload_rg q"
     engine.con.execute(
-        f"COPY (SELECT {columns} FROM llmload_rg) TO {_q(str(path))} "
+        f"COPY (SELECT {columns} FROM {source}) TO {_q(str(path))} "
         "(FORMAT parquet, COMPRESSION zstd)"
     )
     return int(engine.sql("SELECT count(*) AS n FROM llmload_rq").to_pylist()[0]["n"])
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+_SESSIONS_SQL: Final = """
+CREATE OR REPLACE TABLE llmload_sess AS
+WITH m AS (
+    SELECT r, session_id, worker_id, step, turn, session_turns, status, tool_calls, e2e_s,
+           sent_at_ns, end_ns, wait_ns, prompt_tokens, cached_tokens,
+           coalesce(turn_kind, 'user') AS kind,
+           {'a': turn IS NULL, 'b': coalesce(turn, 0), 'c': sent_at_ns, 'd': r} AS o
+    FROM llmload_rqr WHERE session_id IS NOT NULL AND NOT is_dropped
+), s AS (
+    SELECT session_id,
+           arg_min(r, o) AS first_r, arg_min(worker_id, o) AS worker_id,
+           arg_min(step, o) AS step, count(*) AS turns, max(session_turns) AS planned,
+           count(*) FILTER (WHERE status = 'ok') AS ok_turns,
+           count(*) FILTER (WHERE kind = 'tool_result') AS tool_rounds,
+           count(*) FILTER (WHERE kind = 'user') AS user_turns,
+           count(*) FILTER (WHERE coalesce(tool_calls, 0) > 0) AS calls,
+           bool_or(status = 'error') AS failed,
+           bool_or(status IN ('aborted', 'cancelled')) AS broken,
+           max(turn) AS last_turn,
+           fsum(e2e_s) AS model_s, count(e2e_s) AS model_n,
+           bool_or(wait_ns IS NOT NULL) AS wait_known,
+           sum(CASE WHEN kind = 'tool_result' THEN coalesce(wait_ns, 0) ELSE 0 END) AS tool_wait,
+           sum(CASE WHEN kind = 'user' THEN coalesce(wait_ns, 0) ELSE 0 END) AS think,
+           min(sent_at_ns) AS started_at_ns,
+           max(CASE WHEN end_ns IS NOT NULL THEN sent_at_ns + end_ns END) AS ended_at_ns,
+           sum(prompt_tokens) AS prompt_tokens, sum(cached_tokens) AS cached_tokens
+    FROM m GROUP BY session_id
+)
+SELECT first_r, session_id, worker_id, step::BIGINT AS step, turns::BIGINT AS turns,
+       planned::BIGINT AS planned_turns, ok_turns::BIGINT AS ok_turns,
+       tool_rounds::BIGINT AS tool_rounds,
+       CASE WHEN failed THEN 'error'
+            WHEN broken OR coalesce(user_turns < planned, false) OR tool_rounds < calls
+                 OR coalesce(last_turn + 1 > turns, false) THEN 'cut'
+            ELSE 'complete' END AS status,
+       CASE WHEN model_n > 0 THEN model_s END AS model_s,
+       CASE WHEN wait_known THEN tool_wait / 1e9 END AS tool_wait_s,
+       CASE WHEN wait_known THEN think / 1e9 END AS think_s,
+       (ended_at_ns - started_at_ns) / 1e9 AS session_e2e_s,
+       started_at_ns, prompt_tokens::BIGINT AS prompt_tokens,
+       cached_tokens::BIGINT AS cached_tokens
+FROM s
+"""
+"""One row per session, as analysis/derive/sessions.SessionTable.of defines it (its first turn:
+the lowest turn index, then the earliest send), with the row of its first turn (`first_r`)."""
+
+
+def _sessions(engine: Any) -> bool:
+    """Builds `llmload_sess` when the run has sessions; whether it has."""
+    row = engine.sql(
+        "SELECT count(*) AS n FROM llmload_rq WHERE session_id IS NOT NULL AND NOT is_dropped"
+    ).to_pylist()[0]
+    if not row["n"]:
+        return False
+    engine.con.execute(_SESSIONS_SQL)
+    return True
+
+
+def _session_columns(engine: Any) -> dict[int, dict[str, Any]]:
+    """sessions.SessionTable.columns of every group: its sessions are those whose first turn
+    is among its members; the distributions over the complete ones."""
+    counts = {
+        int(r["gid"]): r
+        for r in engine.sql(
+            "SELECT q.gid, count(*) AS n, count(*) FILTER (WHERE s.status = 'complete') AS c, "
+            "count(*) FILTER (WHERE s.status = 'error') AS e, "
+            "count(*) FILTER (WHERE s.status = 'cut') AS x, "
+            "avg(s.turns) FILTER (WHERE s.status = 'complete') AS turns, "
+            "favg(s.tool_wait_s) FILTER (WHERE s.status = 'complete') AS tool_wait, "
+            "favg(s.think_s) FILTER (WHERE s.status = 'complete') AS think "
+            "FROM llmload_sess s JOIN llmload_rg q ON q.r = s.first_r "
+            "WHERE q.gid IS NOT NULL AND NOT q.is_dropped GROUP BY q.gid"
+        ).to_pylist()
+    }
+    ranks, _ = _ranks(
+        engine,
+        "SELECT q.gid, 0 AS k, s.session_e2e_s AS v FROM llmload_sess s JOIN llmload_rg q "
+        "ON q.r = s.first_r WHERE NOT q.is_dropped AND s.status = 'complete'",
+        {0: np.array([0.5, 0.99])},
+    )
+    out = {}
+    for gid, r in counts.items():
+        e2e = ranks.get((gid, 0))
+        out[gid] = {
+            "sessions": int(r["n"]),
+            "sessions_complete": int(r["c"]),
+            "sessions_error": int(r["e"]),
+            "sessions_cut": int(r["x"]),
+            "session_turns_mean": _f(r["turns"]),
+            "session_e2e_p50_s": float(e2e[0]) if e2e is not None else float("nan"),
+            "session_e2e_p99_s": float(e2e[1]) if e2e is not None else float("nan"),
+            "tool_wait_s_mean": _f(r["tool_wait"]),
+            "think_s_mean": _f(r["think"]),
+        }
+    return out
+
+
+def _turn_rows(engine: Any) -> list[dict[str, Any]]:
+    """sessions.turn_rows over the steady requests of every step, by turn index."""
+    counted = "steady AND turn IS NOT NULL AND NOT is_dropped"
+    rows = engine.sql(
+        f"SELECT turn::BIGINT AS turn, count(*) AS n, "
+        f"avg(prompt_tokens) FILTER (WHERE is_ok) AS prompt, "
+        f"avg(cached_tokens) FILTER (WHERE is_ok) AS cached, "
+        f"sum(cached_tokens) FILTER (WHERE is_ok AND cached_tokens IS NOT NULL "
+        f"AND prompt_tokens IS NOT NULL) AS hit, "
+        f"sum(prompt_tokens) FILTER (WHERE is_ok AND cached_tokens IS NOT NULL "
+        f"AND prompt_tokens IS NOT NULL) AS of "
+        f"FROM llmload_rg WHERE {counted} GROUP BY ALL ORDER BY turn"
+    ).to_pylist()
+    ranks, _ = _ranks(
+        engine,
+        f"SELECT turn::INTEGER AS gid, 0 AS k, ttft_s AS v FROM llmload_rg "
+        f"WHERE {counted} AND is_ok",
+        {0: np.array([0.5, 0.99])},
+    )
+    out = []
+    for r in rows:
+        ttft = ranks.get((int(r["turn"]), 0))
+        of = _f(r["of"])
+        out.append({
+            "turn": int(r["turn"]),
+            "requests": int(r["n"]),
+            "ttft_p50_s": float(ttft[0]) if ttft is not None else float("nan"),
+            "ttft_p99_s": float(ttft[1]) if ttft is not None else float("nan"),
+            "prompt_tokens_mean": _f(r["prompt"]),
+            "cached_tokens_mean": _f(r["cached"]),
+            "cache_hit_pct": 100.0 * _f(r["hit"]) / of if of == of and of > 0 else float("nan"),
+        })  # fmt: skip
+    return out
+
+
+def write_sessions(engine: Any, path: Path) -> None:
+    """sessions.parquet by the engine (sessions.SESSION_COLUMNS, in sessions.csv's order)."""
+    from analysis.derive.sessions import SESSION_COLUMNS
+
+    engine.con.execute(
+        f"COPY (SELECT {', '.join(SESSION_COLUMNS)} FROM llmload_sess "
+        f"ORDER BY started_at_ns, session_id) TO {_q(str(path))} (FORMAT parquet)"
+    )
+
+
+# -- the request path -------------------------------------------------------------------------
+
+_PATH_SQL: Final = """
+CREATE OR REPLACE TABLE llmload_path AS
+WITH q AS (
+    SELECT r, request_id, sent, ttft_s, e2e_s,
+           CASE WHEN regexp_full_match(lower(request_id), '[0-9a-f]{32}')
+                     AND lower(request_id) <> repeat('0', 32)
+                THEN lower(request_id) ELSE substr(sha256(request_id), 1, 32) END AS tid
+    FROM llmload_rqr
+), t AS (
+    SELECT trace_id, min(sr) AS sr FROM llmload_timed GROUP BY trace_id
+), n AS (
+    SELECT server_request_id AS sid, min(sr) AS sr FROM llmload_timed
+    WHERE server_request_id IS NOT NULL GROUP BY ALL
+), w AS (
+    SELECT q.*, coalesce(t.sr, n1.sr, n2.sr) AS sr
+    FROM q LEFT JOIN t ON t.trace_id = q.tid
+    LEFT JOIN n n1 ON n1.sid = 'chatcmpl-' || q.request_id
+    LEFT JOIN n n2 ON n2.sid = q.request_id
+), p AS (
+    SELECT w.r, w.ttft_s, w.e2e_s, s.sr IS NOT NULL AS span,
+           (s.start_ns - w.sent) / 1e9 AS network_up_s,
+           s.queue_s AS server_queue_s, s.prefill_s AS server_prefill_s, s.ttft_s AS st,
+           coalesce(s.e2e_s - s.ttft_s, s.decode_s) AS server_decode_s
+    FROM w LEFT JOIN llmload_timed s ON s.sr = w.sr
+)
+SELECT r, span, network_up_s,
+       st - coalesce(server_queue_s, 0) - coalesce(server_prefill_s, 0) AS server_other_s,
+       server_queue_s, server_prefill_s,
+       ttft_s - network_up_s - st AS first_token_delivery_s,
+       server_decode_s,
+       e2e_s - network_up_s - st - server_decode_s AS tail_s
+FROM p
+"""
+"""Each request's path (analysis/derive/path.request_path): its span by trace id, else by
+`gen_ai.request.id` (chatcmpl-<id>, then the id), the earliest where several; its parts in
+the same floating-point operations."""
+
+
+def _path(engine: Any, run: RunData) -> bool:
+    """Builds `llmload_path` when the run has spans that time requests; whether it has."""
+    from analysis.derive.path import request_spans
+
+    timed = request_spans(run.spans)
+    if timed is None:
+        return False
+    frame = pa.table({
+        "sr": pa.array(np.arange(len(timed), dtype=np.int64)),
+        "trace_id": pa.array(timed["trace_id"].astype(str).to_numpy(object), pa.string()),
+        "server_request_id": pa.array(
+            [None if v is None or v != v else str(v) for v in timed["server_request_id"]],
+            pa.string(),
+        ),
+        "start_ns": pa.array(timed["start_ns"].to_numpy(np.int64)),
+        **{c: pa.array(pd.to_numeric(timed[c], errors="coerce").to_numpy(np.float64),
+                       mask=pd.to_numeric(timed[c], errors="coerce").isna().to_numpy())
+           for c in ("queue_s", "prefill_s", "ttft_s", "e2e_s", "decode_s")},
+    })  # fmt: skip
+    engine.con.register("llmload_timed_arrow", frame)
+    engine.con.execute(
+        "CREATE OR REPLACE TEMP TABLE llmload_timed AS SELECT * FROM llmload_timed_arrow"
+    )
+    engine.con.execute(_PATH_SQL)
+    return True
+
+
+def _path_columns(engine: Any) -> dict[int, dict[str, Any]]:
+    """path.path_columns' span share and each part's mean, p50 and p99 of every group, over
+    its successful requests with a span."""
+    from analysis.derive.path import PARTS
+
+    spanned = "q.gid IS NOT NULL AND NOT q.is_dropped AND q.is_ok AND p.span"
+    values = " UNION ALL ".join(
+        f"SELECT q.gid, {k} AS k, p.{part}_s AS v FROM llmload_rg q JOIN llmload_path p "
+        f"ON p.r = q.r WHERE {spanned}"
+        for k, part in enumerate(PARTS)
+    )
+    ranks, stats = _ranks(engine, values, {k: np.array([0.5, 0.99]) for k in range(len(PARTS))})
+    share = {
+        int(r["gid"]): (int(r["spanned"]), int(r["n"]))
+        for r in engine.sql(
+            "SELECT q.gid, count(*) FILTER (WHERE p.span) AS spanned, count(*) AS n "
+            "FROM llmload_rg q JOIN llmload_path p ON p.r = q.r "
+            "WHERE q.gid IS NOT NULL AND NOT q.is_dropped AND q.is_ok GROUP BY q.gid"
+        ).to_pylist()
+    }
+    out: dict[int, dict[str, Any]] = {}
+    for gid in {*share, *(key[0] for key in stats)}:
+        spanned_n, total = share.get(gid, (0, 0))
+        row: dict[str, Any] = {"span_share": spanned_n / total if total else float("nan")}
+        for k, part in enumerate(PARTS):
+            q = ranks.get((gid, k))
+            n_mean = stats.get((gid, k))
+            row[f"{part}_mean_s"] = n_mean[1] if n_mean is not None else float("nan")
+            row[f"{part}_p50_s"] = float(q[0]) if q is not None else float("nan")
+            row[f"{part}_p99_s"] = float(q[1]) if q is not None else float("nan")
+        out[gid] = row
+    return out

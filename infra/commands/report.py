@@ -116,6 +116,14 @@ def register(sub: Any) -> None:
         help="where the engine spills (default: a temporary folder, removed afterwards)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="threads of the analysis engine (default: the machine's cores); every one works "
+        "under the one --memory-limit",
+    )
+    parser.add_argument(
         "--in-memory",
         action="store_true",
         help="load every chunk and compute with numpy instead of the out-of-core engine "
@@ -163,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(args.run_uri, out, slo, html=not args.no_html, progress=not args.quiet,
                           csv_rows=csv_rows, in_memory=args.in_memory,
                           memory_limit=args.memory_limit or DEFAULT_MEMORY_LIMIT,
-                          spill_dir=args.spill_dir, by=args.by,
+                          spill_dir=args.spill_dir, by=args.by, jobs=args.jobs,
                           validity=args.validity)  # fmt: skip
     for warning in report.warnings:
         print(f"llmload: warning: {warning}", file=sys.stderr)

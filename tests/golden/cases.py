@@ -17,9 +17,9 @@ Normalisation (what differs between two reports of one stored run, and nothing e
 - the means of float values: `itl_mean_s` and `icl_mean_s` (DuckDB adds up their per-bin sums
   of value x weight on several threads, in an order that varies from one report to the
   next, so their last bit or two do: 0.001019129152596315 or 0.0010191291525963148 for the
-  same run), and `ttft_mean_s`, `tpot_mean_s`, `e2e_mean_s` (the engine's compensated sum,
-  analysis/steps/outofcore.py, against numpy's pairwise one: 0.520362051111111 or
-  0.5203620511111111). --in-memory's numpy sums, and the lowest versions of `make
+  same run), and every other mean of float values per step (TTFT, TPOT, E2E, the sessions'
+  waits, the request path's parts: the engine's compensated sum, analysis/steps/outofcore.py,
+  against numpy's pairwise one: 0.520362051111111 or 0.5203620511111111). --in-memory's numpy sums, and the lowest versions of `make
   test-min`, differ in the last bits too. A value within SUM_ORDER_REL_TOL of the expected
   one (relative) counts as it (summary.json's steps, summary.csv's columns).
 Every other byte of the three files is the same whatever the day, the directory, the output
@@ -43,7 +43,11 @@ EVENTS = GOLDEN / "events"  # a file store per case (not "runs/": .gitignore ign
 EXPECTED = GOLDEN / "expected"
 FILES = ("summary.json", "summary.csv", "report.md")
 RUN_URI_PLACEHOLDER = "<RUN_URI>"
-SUM_ORDER_FIELDS = ("itl_mean_s", "icl_mean_s", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s")
+SUM_ORDER_FIELDS = (
+    "itl_mean_s", "icl_mean_s", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s", "tool_wait_s_mean",
+    "think_s_mean", "network_up_mean_s", "server_other_mean_s", "server_queue_mean_s",
+    "server_prefill_mean_s", "first_token_delivery_mean_s", "server_decode_mean_s", "tail_mean_s",
+)  # fmt: skip
 SUM_ORDER_REL_TOL = 1e-12  # the order of the sums moves them by up to ~2.4e-16 (relative)
 _JSON_FIELD = re.compile(rf'"({"|".join(SUM_ORDER_FIELDS)})": ([^,\n]+)')
 

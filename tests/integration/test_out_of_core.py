@@ -43,6 +43,11 @@ def assert_same_reports(out_of_core: Report, in_memory: Report) -> None:
         for metric, curve in theirs.items():
             assert np.allclose(mine[metric], curve, rtol=1e-12, atol=0, equal_nan=True), metric
     assert out_of_core.warnings == in_memory.warnings
+    assert (out_of_core.sessions is None) == (in_memory.sessions is None)
+    if in_memory.sessions is not None:
+        assert out_of_core.sessions is not None
+        assert_same_frames(out_of_core.sessions, in_memory.sessions, "sessions")
+        assert_same_frames(pd.DataFrame(out_of_core.turns), pd.DataFrame(in_memory.turns), "turns")
 
 
 def both(uri: str, tmp_path: Path, **kwargs: object) -> tuple[Report, Report]:

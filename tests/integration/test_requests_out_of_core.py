@@ -18,7 +18,7 @@ from tests.integration.test_out_of_core import assert_same_reports
 from tests.support.runs import RunBuilder, ns
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "events"
-COVERED = {"demo", "rate", "trace"}  # sessions and spans take the in-memory path (module doc)
+COVERED = {"demo", "rate", "session", "spans", "trace"}
 
 
 def both(uri: str, out: Path, **kwargs: object) -> tuple[Report, Report]:
