@@ -53,6 +53,7 @@ from analysis.kernel.percentiles import PERCENTILES
 
 if TYPE_CHECKING:
     from analysis.report.summary import Report
+    from analysis.steps.outofcore import DiskStep
 
 RESAMPLES: Final = 1000
 """Resamples per (run, step) by default (`--resamples`)."""
@@ -272,8 +273,14 @@ def _slice_totals(done_ns: np.ndarray, amounts: np.ndarray, start: int, end: int
     return np.bincount(which, weights=amounts[inside], minlength=SLICES).astype(np.float64)
 
 
-def step_rows(report: Report) -> Iterator[tuple[int, dict[str, Any], np.ndarray]]:
-    """(position in report.table.rows, row, mask of its window's requests) of every step row."""
+def step_rows(report: Report) -> Iterator[tuple[int, dict[str, Any], np.ndarray | DiskStep]]:
+    """(position in report.table.rows, row, its window's requests: a mask in memory, the
+    engine's draw out of core) of every step row."""
+    if report.disk_steps is not None:
+        for position, row in enumerate(report.table.rows):
+            if row["group"] == "step":
+                yield position, row, report.disk_steps[position]
+        return
     per = report.per_request
     step = per["step"].to_numpy()
     base = per["steady"].to_numpy(bool) & ~per["cold"].to_numpy(bool)
@@ -288,10 +295,16 @@ def step_rows(report: Report) -> Iterator[tuple[int, dict[str, Any], np.ndarray]
 
 
 def step_sample(
-    report: Report, row: dict[str, Any], members: np.ndarray, names: tuple[str, ...] = FIGURES
+    report: Report,
+    row: dict[str, Any],
+    members: np.ndarray | DiskStep,
+    names: tuple[str, ...] = FIGURES,
 ) -> StepSample:
-    """The bootstrap's view of one step row of a report (`members`: its window's requests):
-    the figures `names`, of FIGURES, MORE_LATENCY_FIGURES and MORE_RATE_FIGURES."""
+    """The bootstrap's view of one step row of a report (`members`: its window's requests, as
+    step_rows gives them): the figures `names`, of FIGURES, MORE_LATENCY_FIGURES and
+    MORE_RATE_FIGURES."""
+    if not isinstance(members, np.ndarray):
+        return disk_step_sample(members, row, names)
     per = report.per_request
     ok_mask = members & (per["status"].to_numpy(object) == "ok")
     rows = np.flatnonzero(ok_mask)
@@ -343,6 +356,39 @@ def step_sample(
         why = f"{n} successful request(s), fewer than {MIN_REQUESTS}" if n < MIN_REQUESTS else ""
         figures[name] = Figure(name, observed, totals=totals, requests=n, why_not=why)
     return StepSample(n, figures, _groups(done[rows]))
+
+
+def disk_step_sample(disk: DiskStep, row: dict[str, Any], names: tuple[str, ...]) -> StepSample:
+    """step_sample of a step drawn from the engine (analysis/steps/outofcore.bootstrap_steps):
+    its sampled requests are the units, each with its latencies and ITL samples; the rates'
+    slice totals are the whole run's."""
+    n = len(disk.done_ns)
+    unit = np.arange(n, dtype=np.int64)
+    ones = np.ones(n)
+    figures: dict[str, Figure] = {}
+    rates = (*RATE_FIGURES, *MORE_RATE_FIGURES)
+    prepared: dict[str, tuple[Prepared, int]] = {}
+    for name in (n for n in names if n not in rates):
+        metric = name.split("_")[0]
+        if metric not in prepared:
+            if metric == "itl":
+                owner, values, weight = disk.itl
+                prepared[metric] = (_prepare(values, owner, weight), len(np.unique(owner)))
+            else:
+                values = disk.values[f"{metric}_s"]
+                prepared[metric] = (_prepare(values, unit, ones), int(np.isfinite(values).sum()))
+        samples, carried = prepared[metric]
+        figures[name] = _percentile_figure(name, _observed(row, name), samples, carried)
+    for name in (n for n in names if n in rates):
+        observed = _observed(row, name)
+        totals = disk.totals.get(name)
+        if totals is None or not np.isfinite(observed):
+            figures[name] = Figure(name, observed, totals=np.zeros(SLICES), requests=n,
+                                   why_not="the step has no window or no such figure")  # fmt: skip
+            continue
+        why = f"{n} successful request(s), fewer than {MIN_REQUESTS}" if n < MIN_REQUESTS else ""
+        figures[name] = Figure(name, observed, totals=totals, requests=n, why_not=why)
+    return StepSample(n, figures, _groups(disk.done_ns))
 
 
 def _reported_or(per: Any, column: str, otherwise: str) -> np.ndarray:

@@ -41,6 +41,7 @@ from analysis.compare.bootstrap import (
     FIGURES,
     RESAMPLES,
     SEED,
+    SLICES,
     StepSample,
     interval,
     nearest_rank_median,
@@ -54,6 +55,7 @@ from analysis.report.summary import jsonable
 if TYPE_CHECKING:
     from analysis.kernel.slo import Slo
     from analysis.report.summary import Report
+    from analysis.steps.outofcore import DiskStep
 
 REPEATS_KIND: Final = "llmload.repeats"
 REPEATS_SCHEMA_VERSION: Final = "1.0"
@@ -142,10 +144,16 @@ def repeats_of(
 ) -> Repeats:
     """Load and summarise each run with its chunks in memory (ITL needs them), then
     summarize_repeats."""
+    from analysis.read.engine import DEFAULT_MEMORY_LIMIT, Engine, engine_share
     from analysis.read.load import load_run
     from analysis.report.summary import summarize_run
 
-    reports = [summarize_run(load_run(uri, progress=False, chunks=True), slo) for uri in run_uris]
+    with Engine(engine_share(DEFAULT_MEMORY_LIMIT), on_disk=True) as engine:
+        reports = [
+            summarize_run(load_run(uri, progress=False, chunks=False, requests=False), slo,
+                          engine, bootstrap=(SLICES, seed))
+            for uri in run_uris
+        ]  # fmt: skip
     return summarize_repeats(reports, resamples=resamples, seed=seed)
 
 
@@ -191,12 +199,12 @@ def summarize_repeats(
     return out
 
 
-def _keyed_steps(report: Report) -> dict[_Key, tuple[int, dict[str, Any], np.ndarray]]:
+def _keyed_steps(report: Report) -> dict[_Key, tuple[int, dict[str, Any], np.ndarray | DiskStep]]:
     """The report's step rows keyed as compare keys them (analysis/compare/runs.py), each with
     its position, its row (plus `label`) and its window's request mask."""
     from analysis.render.plots import group_label
 
-    out: dict[_Key, tuple[int, dict[str, Any], np.ndarray]] = {}
+    out: dict[_Key, tuple[int, dict[str, Any], np.ndarray | DiskStep]] = {}
     seen: dict[tuple[bool, float, str], int] = {}
     for position, row, members in step_rows(report):
         rate = row.get("mode") == "rate" and row.get("rate") is not None
@@ -210,7 +218,7 @@ def _keyed_steps(report: Report) -> dict[_Key, tuple[int, dict[str, Any], np.nda
 
 def _step_figures(
     reports: Sequence[Report],
-    steps: list[tuple[int, dict[str, Any], np.ndarray]],
+    steps: list[tuple[int, dict[str, Any], np.ndarray | DiskStep]],
     number: int,
     resamples: int,
     seed: int,

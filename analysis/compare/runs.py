@@ -447,11 +447,18 @@ def compare_runs(
                     f"{where} is a report (summary.json): the bootstrap needs each request's "
                     "values; give the run's RUN_URI, or --method threshold"
                 )
+        from analysis.read.engine import DEFAULT_MEMORY_LIMIT, Engine, engine_share
         from analysis.read.load import load_run
         from analysis.report.summary import summarize_run
 
-        report_a = summarize_run(load_run(run_a, chunks=True), slo)  # ITL samples in memory
-        report_b = summarize_run(load_run(run_b, chunks=True), slo)
+        # out of core (analysis/steps/outofcore.py): each step's figures exact, its resamples
+        # drawn from a seeded sample of its requests (bootstrap_steps), one run at a time
+        with Engine(engine_share(DEFAULT_MEMORY_LIMIT), on_disk=True) as engine:
+            report_a, report_b = (
+                summarize_run(load_run(where, chunks=False, requests=False), slo, engine,
+                              bootstrap=(bootstrap.SLICES, seed))
+                for where in (run_a, run_b)
+            )  # fmt: skip
         result = compare_reports(report_a, report_b, run_a=run_a, run_b=run_b,
                                  threshold=threshold, error_rate_threshold=error_rate_threshold,
                                  resamples=resamples, seed=seed)  # fmt: skip

@@ -49,6 +49,7 @@ def build_report(
     by: str | None = None,
     validity: str | None = None,
     jobs: int | None = None,
+    bootstrap: tuple[int, int] | None = None,
 ) -> Report:
     """Load the run at `run_uri`, summarise it, and write every report file into `out_dir`.
 
@@ -58,7 +59,8 @@ def build_report(
     parsed before anything is read, so a bad spec writes nothing. `by="model"`: one summary
     row per step and model; `validity`: the verdict's limits (`--validity`, analysis/judge/verdict.py);
     `jobs`: the engine's threads (`--jobs`; default: the machine's cores), all under the one
-    memory limit.
+    memory limit; `bootstrap`: (slices, seed) to keep what the bootstrap draws of each step
+    (repeats: analysis/report/summary.summarize_run).
     """
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be 1 or more (the engine's threads), not {jobs}")
@@ -73,7 +75,7 @@ def build_report(
     else:
         # the limit bounds the process: the engine gets what the process does not hold
         with Engine(engine_share(memory_limit), spill_dir, jobs, on_disk=True) as engine:
-            report = summarize_run(run, slo, engine, by, limits)
+            report = summarize_run(run, slo, engine, by, limits, bootstrap)
             if not run.requests_on_disk:  # read into memory: a run not covered out of core
                 warning = over_limit_warning(memory_limit, run.requests)
                 if warning:

@@ -48,7 +48,14 @@ from analysis.read.engine import Engine
 from analysis.read.load import RunData, read_requests
 from analysis.read.server_metrics import ServerMetrics
 from analysis.steps.aggregate import StepTable, aggregate_steps
-from analysis.steps.outofcore import covers, engine_steps, write_requests, write_sessions
+from analysis.steps.outofcore import (
+    DiskStep,
+    bootstrap_steps,
+    covers,
+    engine_steps,
+    write_requests,
+    write_sessions,
+)
 
 SUMMARY_SCHEMA_VERSION: Final = "1.5"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
@@ -76,6 +83,9 @@ class Report:
     search: SearchSummary | None = None  # the run's capacity search, verdicts checked exactly
     itl: Samples | None = None  # per-token ITL samples (None: summarised out of core)
     verdict: Verdict | None = None  # the validity verdict (analysis/judge/verdict.py)
+    disk_steps: dict[int, DiskStep] | None = None
+    """Out of core: what the bootstrap draws of each step row (by position; bootstrap_steps),
+    when asked for (compare, repeats); None in memory."""
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -226,6 +236,7 @@ def summarize_run(
     engine: Engine | None = None,
     by: str | None = None,
     validity: Limits | str | None = None,
+    bootstrap: tuple[int, int] | None = None,
 ) -> Report:
     """Compute the per-request metrics and the per-step summary of a loaded run.
 
@@ -234,6 +245,8 @@ def summarize_run(
     by `engine` (analysis/read/engine.py; one with the default memory limit when None).
     `by="model"`: one summary row per step and model (analysis.steps.aggregate.BY_CHOICES).
     `validity`: the limits of the validity verdict (`--validity`, analysis/judge/verdict.py).
+    `bootstrap`: (slices, seed) when the run's steps are to be resampled (compare, repeats):
+    a run summarised out of core keeps what the bootstrap draws of each step (`disk_steps`).
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     limits = validity if isinstance(validity, Limits) else parse_limits(validity)
@@ -245,7 +258,11 @@ def summarize_run(
             if engine is None:
                 engine = stack.enter_context(Engine(on_disk=True))
             if covers(run, engine):
-                return _summarize_on_disk(run, slo, slo_source, engine, by, limits, warnings)
+                report = _summarize_on_disk(run, slo, slo_source, engine, by, limits, warnings)
+                if bootstrap is not None:
+                    report.disk_steps = bootstrap_steps(engine, run, report.table, slo,
+                                                        *bootstrap)  # fmt: skip
+                return report
         read_requests(run)  # not covered out of core yet: the in-memory request path
     if run.chunks is not None:
         metrics = compute_request_metrics(run.requests, run.chunks)

@@ -1306,3 +1306,127 @@ def _path_columns(engine: Any) -> dict[int, dict[str, Any]]:
             row[f"{part}_p99_s"] = float(q[1]) if q is not None else float("nan")
         out[gid] = row
     return out
+
+
+# -- what the bootstrap draws (analysis/compare/bootstrap.py) ---------------------------------
+
+BOOTSTRAP_SAMPLE: Final = 100_000
+"""At most about this many successful requests of a step are drawn from by the bootstrap of
+a run reported out of core (all of them in a smaller step): a seeded sample by a hash of
+each request's id, the same for the same seed."""
+
+
+@dataclass
+class DiskStep:
+    """One step of a run reported out of core, as the bootstrap resamples it: its successful
+    requests in the window (a seeded sample of them when more than BOOTSTRAP_SAMPLE) with
+    their per-request latencies, end times and per-token ITL samples, and what each slice of
+    its window finished (exact: every request of the run)."""
+
+    requests: int  # the step's successful requests in the window (all, not only the sample)
+    values: dict[str, np.ndarray]  # ttft_s, tpot_s, e2e_s per sampled request
+    done_ns: np.ndarray  # per sampled request
+    itl: tuple[np.ndarray, np.ndarray, np.ndarray]  # (owner: sampled request, value, weight)
+    totals: dict[str, np.ndarray]  # rate figure -> what each slice of the window finished
+
+
+def _slice_expr(column: str, start: int, end: int, slices: int) -> str:
+    """The slice of `column` (a time in ns) in the window, as compare.bootstrap._slice_totals
+    places it: the edges are numpy's linspace, compared as float64."""
+    edges = np.linspace(start, end, slices + 1)
+    terms = " + ".join(f"({column}::DOUBLE >= '{float(e)!r}'::DOUBLE)::INTEGER"
+                       for e in edges[1:-1])  # fmt: skip
+    return terms or "0"
+
+
+_ITL_OF_SAMPLE_SQL: Final = """
+SELECT s.o, (c.offset_ns / 1e9 - prev / 1e9) / c.tokens AS v, c.tokens AS w, prev IS NULL AS first
+FROM (SELECT request_id, offset_ns, tokens,
+             lag(offset_ns) OVER (PARTITION BY request_id ORDER BY seq) AS prev
+      FROM llmload_chunks WHERE tokens > 0 AND request_id IN (SELECT request_id FROM llmload_bs)) c
+JOIN llmload_bs s ON s.request_id = c.request_id
+"""
+"""The per-token ITL samples of the sampled requests (analysis/derive/metrics.py: a chunk of k
+tokens Δ after the previous one, k samples of Δ/k; a first chunk's extra tokens, samples of
+0), one worker's parts at a time."""
+
+
+def bootstrap_steps(
+    engine: Any, run: RunData, table: StepTable, slo: Slo, slices: int, seed: int,
+    limit: int | None = None,
+) -> dict[int, DiskStep]:  # fmt: skip
+    """Each step row's DiskStep (by position in `table.rows`), drawn from the engine while it
+    still holds the run (engine_steps)."""
+    out: dict[int, DiskStep] = {}
+    limit = BOOTSTRAP_SAMPLE if limit is None else limit
+    batches = by_folder(run.chunk_paths or [])
+    for position, row in enumerate(table.rows):
+        if row["group"] != "step":
+            continue
+        gid = position  # a row's gid is its position (engine_steps)
+        n = int(engine.sql(
+            f"SELECT count(*) AS n FROM llmload_rg WHERE gid = {gid} AND is_ok"
+        ).to_pylist()[0]["n"])  # fmt: skip
+        every = max(1, math.ceil(n / limit))
+        pick = f" AND hash(request_id, {int(seed)}) % {every} = 0" if every > 1 else ""
+        engine.con.execute(
+            "CREATE OR REPLACE TEMP TABLE llmload_bs AS SELECT request_id, ttft_s, tpot_s, e2e_s, "
+            f"done, (row_number() OVER (ORDER BY done, r) - 1)::BIGINT AS o FROM llmload_rg "
+            f"WHERE gid = {gid} AND is_ok{pick}"
+        )
+        sample = engine.sql("SELECT ttft_s, tpot_s, e2e_s, done FROM llmload_bs ORDER BY o")
+        values = {
+            c: sample.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
+            for c in ("ttft_s", "tpot_s", "e2e_s")
+        }
+        parts = []
+        for paths in batches:
+            engine.register_parts("chunks", [(paths, run.chunk_filesystem)], view="llmload_chunks")
+            parts.append(engine.sql(_ITL_OF_SAMPLE_SQL))
+        itl = pa.concat_tables(parts) if parts else None
+        if itl is not None and len(itl):
+            owner = itl.column("o").to_numpy().astype(np.int64)
+            first = itl.column("first").to_numpy(zero_copy_only=False).astype(bool)
+            value = np.where(first, 0.0, itl.column("v").to_numpy(zero_copy_only=False))
+            tokens = itl.column("w").to_numpy().astype(np.float64)
+            weight = np.where(first, tokens - 1.0, tokens)
+            keep = weight > 0
+            itl_arrays = (owner[keep], value[keep].astype(np.float64), weight[keep])
+        else:
+            empty = np.zeros(0)
+            itl_arrays = (empty.astype(np.int64), empty, empty)
+        out[position] = DiskStep(n, values, sample.column("done").to_numpy().astype(np.int64),
+                                 itl_arrays, _slice_totals(engine, row, slo, slices))  # fmt: skip
+    engine.con.execute("DROP TABLE IF EXISTS llmload_bs")
+    return out
+
+
+def _slice_totals(
+    engine: Any, row: Mapping[str, Any], slo: Slo, slices: int
+) -> dict[str, np.ndarray]:
+    """compare.bootstrap's rate totals of a step: what the run's successful requests (cold
+    left out) finished in each slice of the window; input tokens by first-token time."""
+    start, end = row.get("window_start_ns"), row.get("window_end_ns")
+    if start is None or end is None:
+        return {}
+    first = "(done - round_even(coalesce(e2e_s - ttft_s, 0.0) * 1e9, 0)::BIGINT)"
+    prompt = "coalesce(prompt_tokens::DOUBLE, prompt_tokens_requested::DOUBLE, 0.0)"
+    good = good_sql(slo) or "false"
+    found = engine.sql(
+        f"SELECT 'done' AS t, {_slice_expr('done', start, end, slices)} AS j, "
+        f"sum(coalesce(output_tokens, 0))::DOUBLE AS output, count(*)::DOUBLE AS requests, "
+        f"count(*) FILTER (WHERE {good})::DOUBLE AS good, 0.0 AS input "
+        f"FROM llmload_rq WHERE NOT cold AND is_ok AND done BETWEEN {start} AND {end} GROUP BY ALL "
+        f"UNION ALL SELECT 'first', {_slice_expr(first, start, end, slices)}, 0.0, 0.0, 0.0, "
+        f"sum({prompt}) FROM llmload_rq WHERE NOT cold AND is_ok "
+        f"AND {first} BETWEEN {start} AND {end} GROUP BY ALL"
+    ).to_pylist()
+    totals = {n: np.zeros(slices) for n in ("output_tokens_per_s", "requests_per_s",
+                                            "goodput_requests_per_s", "input_tokens_per_s")}  # fmt: skip
+    for r in found:
+        j = int(r["j"])
+        totals["output_tokens_per_s"][j] += float(r["output"])
+        totals["requests_per_s"][j] += float(r["requests"])
+        totals["goodput_requests_per_s"][j] += float(r["good"])
+        totals["input_tokens_per_s"][j] += float(r["input"])
+    return totals

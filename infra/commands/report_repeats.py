@@ -36,6 +36,7 @@ def run_uris(args: argparse.Namespace) -> dict[str, list[str]]:
 def report_repeats(args: argparse.Namespace, fail_on: tuple[str, ...] = ()) -> int:
     """Report every run, then the repeats of each workload's runs; exit status 0, 3 (a step
     of some run missed the SLO, with --fail-on-slo) or 4 (a run's verdict is in `fail_on`)."""
+    from analysis.compare.bootstrap import SLICES
     from analysis.compare.repeats import summarize_repeats
     from analysis.compare.repeats_report import step_table, write_repeats
     from analysis.kernel.slo import parse_slo
@@ -59,8 +60,9 @@ def report_repeats(args: argparse.Namespace, fail_on: tuple[str, ...] = ()) -> i
         for uri in uris:
             run_id = uri.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
             report = build_report(uri, out / run_id, slo, html=not args.no_html,
-                                  progress=not args.quiet, csv_rows=csv_rows, in_memory=True,
-                                  by=args.by, validity=args.validity)  # fmt: skip
+                                  progress=not args.quiet, csv_rows=csv_rows,
+                                  by=args.by, validity=args.validity,
+                                  bootstrap=(SLICES, args.seed))  # fmt: skip
             reports.append(report)
             for warning in report.warnings:
                 print(f"llmload: warning: {run_id}: {warning}", file=sys.stderr)

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from analysis import build_report
+import analysis.steps.outofcore
+from analysis import build_report, compare_runs, load_run, summarize_run
+from analysis.compare.runs import Comparison, compare_reports
 from analysis.report.summary import Report
 from tests.integration.test_out_of_core import assert_same_reports
 from tests.support.runs import RunBuilder, ns
+from tests.support.synthetic import write_run
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "events"
 COVERED = {"demo", "rate", "session", "spans", "trace"}
@@ -132,3 +135,50 @@ def test_a_request_id_twice_is_refused_the_same_way(tmp_path: Path) -> None:
                          in_memory=in_memory)  # fmt: skip
         messages.append(str(caught.value))
     assert messages[0] == messages[1] and "request id same appears in more than one" in messages[0]
+
+
+def _decisions(result: Comparison) -> list[tuple[object, ...]]:
+    """Each change's step, metric, verdict and reason, its values and interval to 1e-9 (the
+    means' last bits: tests/golden/cases.py)."""
+
+    def close(value: float | None) -> object:
+        return None if value is None else pytest.approx(value, rel=1e-9, nan_ok=True)
+
+    return [(c.step, c.metric, c.verdict, c.why, close(c.a), close(c.b), close(c.ci_low),
+             close(c.ci_high)) for c in result.changes]  # fmt: skip
+
+
+def test_compare_decides_as_the_in_memory_bootstrap(tmp_path: Path) -> None:
+    """compare's bootstrap out of core (each step drawn from the engine: every request of a
+    step under BOOTSTRAP_SAMPLE) gives the in-memory bootstrap's intervals and verdicts."""
+    a = write_run(tmp_path / "a", 12_000, 3, workers=2, parts=2, seed=1)
+    b = write_run(tmp_path / "b", 12_000, 3, workers=2, parts=2, seed=2)
+    disk = compare_runs(str(a), str(b), resamples=200)
+    memory = compare_reports(
+        summarize_run(load_run(str(a), chunks=True), None),
+        summarize_run(load_run(str(b), chunks=True), None),
+        run_a=str(a), run_b=str(b), resamples=200,
+    )  # fmt: skip
+    assert [c for c in disk.changes if c.method == "bootstrap"]
+    assert any(c.ci_low is not None for c in disk.changes)
+    assert _decisions(disk) == _decisions(memory)
+
+
+def test_compare_of_steps_larger_than_the_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step of more requests than BOOTSTRAP_SAMPLE resamples a seeded sample of them: the
+    figures stay exact, the intervals come from the sample, the same for the same seed."""
+    a = write_run(tmp_path / "a", 12_000, 3, workers=2, parts=2, seed=1)
+    b = write_run(tmp_path / "b", 12_000, 3, workers=2, parts=2, seed=2)
+    full = compare_runs(str(a), str(b), resamples=200)
+    monkeypatch.setattr(analysis.steps.outofcore, "BOOTSTRAP_SAMPLE", 300)
+    first, again = (compare_runs(str(a), str(b), resamples=200) for _ in range(2))
+    assert _decisions(first) == _decisions(again)
+    assert [(c.a, c.b) for c in first.changes] == [(c.a, c.b) for c in full.changes]  # exact
+    assert _decisions(first) != _decisions(full)  # drawn from fewer requests
+    run = load_run(str(a), chunks=False, requests=False)
+    report = summarize_run(run, None, bootstrap=(10, 0))
+    assert report.disk_steps is not None
+    for step in report.disk_steps.values():
+        assert step.requests > 1_000 and 100 < len(step.done_ns) < 600
