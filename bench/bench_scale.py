@@ -9,9 +9,12 @@ process of its own, its peak RSS read from the kernel (ru_maxrss of the waited c
 
 - `sql`: `llmload sql` (analysis/read/engine.py, DuckDB, out of core under --memory-limit):
   per-step TTFT p99 and mean ITL over request_metrics, which aggregates every chunk row;
-- `report`: `llmload report --no-html --memory-limit` (analysis/render/build.py: the chunks out of
-  core, analysis/derive/chunkfacts.py). Stopped at --report-limit-s or when its RSS passes
-  --rss-limit-gb, and recorded as such.
+- `report`: `llmload report --no-html --memory-limit [--jobs N]` (analysis/render/build.py:
+  the requests and the chunks out of core, analysis/steps/outofcore.py). Stopped at
+  --report-limit-s or when its RSS passes --rss-limit-gb, and recorded as such;
+- `--compare`: a second run of the same shape (another seed, `bench-run-b`), then
+  `llmload compare` of the two (its default bootstrap) and `llmload report` of both (their
+  repeats), each measured the same way.
 
 Prints one line per measure and a JSON summary; docs/benchmarks.md records the figures.
 """
@@ -46,7 +49,8 @@ SQL = (
 WRITE = (
     "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
     "from tests.support.synthetic import write_run; "
-    "write_run(Path(sys.argv[2]), *map(int, sys.argv[3:]))"
+    "write_run(Path(sys.argv[2]), *map(int, sys.argv[3:7]), run_id=sys.argv[7], "
+    "seed=int(sys.argv[8]))"
 )
 
 
@@ -87,6 +91,10 @@ def main() -> int:
     parser.add_argument("--memory-limit", default="2GB", help="llmload sql --memory-limit")
     parser.add_argument("--keep", type=Path, default=None, help="write the run here, keep it")
     parser.add_argument("--skip-report", action="store_true", help="measure llmload sql only")
+    parser.add_argument("--skip-sql", action="store_true", help="do not measure llmload sql")
+    parser.add_argument("--jobs", type=int, default=None, help="llmload report --jobs")
+    parser.add_argument("--compare", action="store_true",
+                        help="also a second run: llmload compare and the repeats of both")  # fmt: skip
     parser.add_argument("--report-limit-s", type=float, default=900.0)
     parser.add_argument("--rss-limit-gb", type=float, default=12.0)
     args = parser.parse_args()
@@ -95,35 +103,50 @@ def main() -> int:
         root = args.keep or Path(tmp)
         run = root / "bench-run"
         t = time.perf_counter()
-        if not run.exists():
-            requests = args.chunks // args.chunks_per_request
-            written = measure([sys.executable, "-c", WRITE, str(ROOT), str(root), str(requests),
-                               str(args.chunks_per_request), str(args.workers), str(parts)],
-                              1e9, 1e9)  # fmt: skip
-        else:
-            written = {"wall_s": 0.0, "peak_rss_gb": None, "ended": "reused"}
+        requests = args.chunks // args.chunks_per_request
+        names = [("bench-run", 42)] + ([("bench-run-b", 43)] if args.compare else [])
+        written: dict[str, object] = {"wall_s": 0.0, "peak_rss_gb": None, "ended": "reused"}
+        for name, seed in names:
+            if not (root / name).exists():
+                written = measure([sys.executable, "-c", WRITE, str(ROOT), str(root), str(requests),
+                                   str(args.chunks_per_request), str(args.workers), str(parts),
+                                   name, str(seed)], 1e9, 1e9)  # fmt: skip
         size = sum(p.stat().st_size for p in run.rglob("*.parquet"))
         print(f"run: {args.chunks:,} chunk rows, {args.chunks // args.chunks_per_request:,} "
               f"requests, {args.workers} workers x {parts} parts, {size / 2**30:.2f} GiB "
               f"of Parquet; written in {time.perf_counter() - t:.0f} s "
               f"(peak RSS {written['peak_rss_gb']} GB)", flush=True)  # fmt: skip
-        results: dict[str, object] = {"chunks": args.chunks, "parquet_gib": round(size / 2**30, 2),
-                                      "write": written}  # fmt: skip
-        spill = Path(tempfile.mkdtemp(prefix="llmload-scale-spill-"))
-        try:
-            results["sql"] = measure([str(BIN / "llmload"), "sql", str(run), SQL,
-                                      "--memory-limit", args.memory_limit, "--spill-dir",
-                                      str(spill)], args.report_limit_s, args.rss_limit_gb)  # fmt: skip
-        finally:
-            shutil.rmtree(spill, ignore_errors=True)
-        print(f"llmload sql (--memory-limit {args.memory_limit}): {results['sql']}", flush=True)
+        results: dict[str, object] = {"chunks": args.chunks, "requests": requests,
+                                      "chunks_per_request": args.chunks_per_request,
+                                      "parquet_gib": round(size / 2**30, 2), "write": written,
+                                      "jobs": args.jobs or os.cpu_count()}  # fmt: skip
+        if not args.skip_sql:
+            spill = Path(tempfile.mkdtemp(prefix="llmload-scale-spill-"))
+            try:
+                results["sql"] = measure([str(BIN / "llmload"), "sql", str(run), SQL,
+                                          "--memory-limit", args.memory_limit, "--spill-dir",
+                                          str(spill)], args.report_limit_s, args.rss_limit_gb)  # fmt: skip
+            finally:
+                shutil.rmtree(spill, ignore_errors=True)
+            print(f"llmload sql (--memory-limit {args.memory_limit}): {results['sql']}", flush=True)
+        jobs = ["--jobs", str(args.jobs)] if args.jobs else []
+        common = ["--quiet", "--memory-limit", args.memory_limit, *jobs]
         if not args.skip_report:
             out = Path(tmp) / "report"
             results["report"] = measure([str(BIN / "llmload"), "report", str(run), "--out",
-                                         str(out), "--no-html", "--quiet", "--memory-limit",
-                                         args.memory_limit],
+                                         str(out), "--no-html", *common],
                                         args.report_limit_s, args.rss_limit_gb)  # fmt: skip
             print(f"llmload report --no-html: {results['report']}", flush=True)
+        if args.compare:
+            other = root / "bench-run-b"
+            results["compare"] = measure([str(BIN / "llmload"), "compare", str(run), str(other),
+                                          "--out", str(Path(tmp) / "compare")],
+                                         args.report_limit_s, args.rss_limit_gb)  # fmt: skip
+            print(f"llmload compare: {results['compare']}", flush=True)
+            results["repeats"] = measure([str(BIN / "llmload"), "report", str(run), str(other),
+                                          "--out", str(Path(tmp) / "repeats"), "--no-html",
+                                          *common], args.report_limit_s * 2, args.rss_limit_gb)  # fmt: skip
+            print(f"llmload report (2 runs, repeats): {results['repeats']}", flush=True)
         print(json.dumps({**results, "cpus": os.cpu_count()}))
     return 0
 

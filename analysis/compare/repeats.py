@@ -151,7 +151,7 @@ def repeats_of(
     with Engine(engine_share(DEFAULT_MEMORY_LIMIT), on_disk=True) as engine:
         reports = [
             summarize_run(load_run(uri, progress=False, chunks=False, requests=False), slo,
-                          engine, bootstrap=(SLICES, seed))
+                          engine, bootstrap=(SLICES, seed), requests_file=False)
             for uri in run_uris
         ]  # fmt: skip
     return summarize_repeats(reports, resamples=resamples, seed=seed)

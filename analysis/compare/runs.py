@@ -456,7 +456,7 @@ def compare_runs(
         with Engine(engine_share(DEFAULT_MEMORY_LIMIT), on_disk=True) as engine:
             report_a, report_b = (
                 summarize_run(load_run(where, chunks=False, requests=False), slo, engine,
-                              bootstrap=(bootstrap.SLICES, seed))
+                              bootstrap=(bootstrap.SLICES, seed), requests_file=False)
                 for where in (run_a, run_b)
             )  # fmt: skip
         result = compare_reports(report_a, report_b, run_a=run_a, run_b=run_b,

@@ -460,30 +460,34 @@ AGGREGATE_COLUMNS: Final = (
 class TableChunkFacts(EngineChunkFacts):
     """The chunks out of core beside requests that are out of core too
     (analysis/steps/outofcore.py): the per-request aggregate is a table of the engine,
-    `llmload_chunkagg` (request_id and AGGREGATE_COLUMNS), and each group's request rows come
-    from a query over the engine's request table, never from arrays in memory."""
+    `llmload_chunkagg` (request_id and AGGREGATE_COLUMNS), one worker's at a time, and each
+    group's request rows come from a query over the engine's request table, never from arrays
+    in memory. A chunk joins its own worker's requests (each worker writes both)."""
 
     def __init__(self, engine: Any, batches: list[list[str]], filesystem: Any) -> None:
         self.engine = engine
         self.batches = batches
         self.filesystem = filesystem
         self._orphans = 0
-        self.engine.register_parts(
-            "chunks", [(sum(batches, []), filesystem)] if any(batches) else [],
-            view="llmload_allchunks",
-        )  # fmt: skip
+
+    def aggregate(self, paths: list[str]) -> None:
+        """`llmload_chunkagg`: the per-request aggregate of one worker's chunk parts (a worker
+        at a time: a hash aggregation of a worker's requests, not of every request at once)."""
+        self.engine.register_parts("chunks", [(paths, self.filesystem)] if paths else [],
+                                   view="llmload_workerchunks")  # fmt: skip
         self.engine.con.execute(
             "CREATE OR REPLACE TABLE llmload_chunkagg AS "
-            + _AGGREGATE_SQL.replace("llmload_chunks", "llmload_allchunks")
+            + _AGGREGATE_SQL.replace("llmload_chunks", "llmload_workerchunks")
         )
 
     def count_orphans(self, requests_table: str) -> None:
-        """The chunk rows whose request id is not in `requests_table` (request_id)."""
+        """Adds the chunk rows of `llmload_chunkagg` whose request id is not in
+        `requests_table` (request_id): their worker recorded no such request."""
         row = self.engine.sql(
             f"SELECT coalesce(sum(n), 0) AS n FROM llmload_chunkagg c ANTI JOIN "
             f"{requests_table} r ON c.request_id = r.request_id"
         ).to_pylist()[0]
-        self._orphans = int(row["n"])
+        self._orphans += int(row["n"])
 
     @property
     def per_request(self) -> pd.DataFrame:  # the aggregate stays in the engine

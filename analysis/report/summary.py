@@ -237,6 +237,7 @@ def summarize_run(
     by: str | None = None,
     validity: Limits | str | None = None,
     bootstrap: tuple[int, int] | None = None,
+    requests_file: bool = True,
 ) -> Report:
     """Compute the per-request metrics and the per-step summary of a loaded run.
 
@@ -247,6 +248,7 @@ def summarize_run(
     `validity`: the limits of the validity verdict (`--validity`, analysis/judge/verdict.py).
     `bootstrap`: (slices, seed) when the run's steps are to be resampled (compare, repeats):
     a run summarised out of core keeps what the bootstrap draws of each step (`disk_steps`).
+    `requests_file=False`: out of core, requests.parquet is not written (compare's summaries).
     """
     slo = slo if isinstance(slo, Slo) else parse_slo(slo)
     limits = validity if isinstance(validity, Limits) else parse_limits(validity)
@@ -258,7 +260,8 @@ def summarize_run(
             if engine is None:
                 engine = stack.enter_context(Engine(on_disk=True))
             if covers(run, engine):
-                report = _summarize_on_disk(run, slo, slo_source, engine, by, limits, warnings)
+                report = _summarize_on_disk(run, slo, slo_source, engine, by, limits, warnings,
+                                            requests_file)  # fmt: skip
                 if bootstrap is not None:
                     report.disk_steps = bootstrap_steps(engine, run, report.table, slo,
                                                         *bootstrap)  # fmt: skip
@@ -283,7 +286,7 @@ def summarize_run(
 
 def _summarize_on_disk(
     run: RunData, slo: Slo, slo_source: str, engine: Engine, by: str | None, limits: Limits,
-    warnings: list[str],
+    warnings: list[str], requests_file: bool = True,
 ) -> Report:  # fmt: skip
     """summarize_run of a run whose request rows stay on disk (analysis/steps/outofcore.py);
     requests.parquet is written by the engine into a folder of the report's own, which
@@ -295,6 +298,9 @@ def _summarize_on_disk(
     report = _report(run, slo, slo_source, table, limits, warnings, None)
     # removed with the report: write_tables moves the file out of it first
     weakref.finalize(report, shutil.rmtree, folder, True)
+    if not requests_file:
+        table.requests_file = None
+        return report
     write_requests(engine, table.requests_file, slo)
     if table.sessions_on_disk:
         table.sessions_file = Path(folder) / "sessions.parquet"

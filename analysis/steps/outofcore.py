@@ -19,9 +19,11 @@ can differ is the last bit or two of a mean of float values (the engine adds the
 another order, on several threads). tests/integration/test_requests_out_of_core.py compares
 the two paths column by column.
 
-Not covered yet, so taken in memory (`covers`): runs with sessions (the sessions table and
-the by-turn rows), with engine spans (the request path join), with shared prefixes (the
-implied cache share).
+Every kind of run is covered (staircase, rate, sessions, trace replay, engine spans, several
+models, shared prefixes) but one whose engine spans are more than SPANS_HELD: the spans are
+read into memory whole (analysis/kernel/spans.py), so such a run is reported in memory
+(`covers`). compare and repeats draw each step's bootstrap sample here too
+(`bootstrap_steps`).
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ from analysis.derive.stats import DistributionSummary
 from analysis.derive.windows import StepPlan, StepSeen, Window, plan_from
 from analysis.derive.workers import WorkerHealth
 from analysis.kernel.errors import EventDataError, InvalidTimelineError
+from analysis.kernel.layout import parse_part_key
 from analysis.kernel.percentiles import PERCENTILES
 from analysis.kernel.schema import ERROR_KINDS
 from analysis.kernel.slo import Slo
 from analysis.read.clocks import worker_offsets_ns
-from analysis.read.load import RunData
+from analysis.read.load import REQUEST_COLUMNS, RunData
 from analysis.steps.aggregate import (
     BY_CHOICES,
     LATENCY_METRICS,
@@ -105,12 +108,6 @@ def _exists(engine: Any, table: str) -> bool:
     return bool(found.to_pylist()[0]["n"])
 
 
-def _register_requests(run: RunData, engine: Any) -> None:
-    paths = run.request_paths or []
-    engine.register_parts("requests", [(paths, run.chunk_filesystem)] if paths else [],
-                          view="llmload_rparts")  # fmt: skip
-
-
 def _q(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -118,8 +115,7 @@ def _q(text: str) -> str:
 # -- the request table ------------------------------------------------------------------------
 
 _REQUEST_TABLE_SQL: Final = """
-CREATE OR REPLACE TABLE llmload_rq AS
-SELECT q.*,
+SELECT %(columns)s,
        q.sent_at_ns - coalesce(o.offset_ns, 0) AS sent,
        CASE WHEN q.end_ns IS NULL THEN -1
             ELSE q.sent_at_ns - coalesce(o.offset_ns, 0) + q.end_ns END AS done,
@@ -165,21 +161,42 @@ clock (-1: unknown), its metrics (analysis/derive/metrics.py, in the same floati
 operations) and what the groups ask of it."""
 
 
+def _worker_of(path: str) -> str:
+    """The worker whose folder holds a part (`<table>/worker=<id>/part-N.parquet`)."""
+    part = parse_part_key("/".join(path.rsplit("/", 3)[-3:]))
+    return part.worker_id if part is not None else path.rsplit("/", 1)[0]
+
+
+def _per_worker(run: RunData) -> list[tuple[list[str], list[str]]]:
+    """Each worker's (request parts, chunk parts); one pair of empty lists for no parts."""
+    workers: dict[str, tuple[list[str], list[str]]] = {}
+    for index, paths in enumerate((run.request_paths or [], run.chunk_paths or [])):
+        for path in paths:
+            workers.setdefault(_worker_of(path), ([], []))[index].append(path)
+    return [workers[w] for w in sorted(workers)] or [([], [])]
+
+
 def _replayed_sql() -> str:
     return "(" + " OR ".join(f"starts_with(q.scenario, {_q(p)})" for p in REPLAYED_PROMPTS) + ")"
 
 
-def _checks(engine: Any) -> None:
+DISTINCT_PER_PASS: Final = 4_000_000
+"""Request ids one pass of the duplicate check holds (a hash aggregation of its share): a
+run of more requests is checked in passes, each a share of the ids by their hash."""
+
+
+def _checks(engine: Any, rows: int) -> None:
     """What analysis/derive/metrics.py refuses of request rows, in its order: an id twice,
     negative or disordered offsets, a negative token count (EventDataError)."""
-    dup = (
-        engine.sql(
-            "SELECT request_id FROM llmload_rqr GROUP BY request_id HAVING count(*) > 1 "
-            "ORDER BY min(r)"
-        )
-        .column(0)
-        .to_pylist()
-    )
+    passes = max(1, math.ceil(rows / DISTINCT_PER_PASS))
+    dup: list[Any] = []
+    for i in range(passes):
+        share = f"WHERE hash(request_id) % {passes} = {i} " if passes > 1 else ""
+        dup += engine.sql(
+            f"SELECT request_id, min(r) AS first FROM llmload_rqr {share}"
+            "GROUP BY request_id HAVING count(*) > 1"
+        ).to_pylist()
+    dup = [d["request_id"] for d in sorted(dup, key=lambda d: d["first"])]
     if dup:
         raise EventDataError(
             f"request id {dup[0]} appears in more than one request row "
@@ -671,17 +688,23 @@ def engine_steps(
     engine)` must have said yes."""
     for stale in ("llmload_path", "llmload_sess"):  # an earlier run's, in the same engine
         engine.con.execute(f"DROP TABLE IF EXISTS {stale}")
-    _register_requests(run, engine)
     offsets = worker_offsets_ns(run.manifest)
     engine.con.register("llmload_off", pa.table({
         "worker_id": pa.array(list(offsets), pa.string()),
         "offset_ns": pa.array(list(offsets.values()), pa.int64()),
     }))  # fmt: skip
     facts = TableChunkFacts(engine, by_folder(run.chunk_paths or []), run.chunk_filesystem)
-    engine.con.execute(_REQUEST_TABLE_SQL % {"replayed": _replayed_sql()})
+    columns = ", ".join(f"q.{c}" for c in REQUEST_COLUMNS)  # what analysis reads of a request
+    select = _REQUEST_TABLE_SQL % {"replayed": _replayed_sql(), "columns": columns}
+    for i, (rparts, cparts) in enumerate(_per_worker(run)):  # one worker's parts at a time
+        engine.register_parts("requests", [(rparts, run.chunk_filesystem)] if rparts else [],
+                              view="llmload_rparts")  # fmt: skip
+        facts.aggregate(cparts)
+        facts.count_orphans("llmload_rparts")
+        into = "CREATE OR REPLACE TABLE llmload_rq AS" if i == 0 else "INSERT INTO llmload_rq"
+        engine.con.execute(f"{into} {select}")
     engine.con.execute("CREATE OR REPLACE VIEW llmload_rqr AS SELECT rowid AS r, * FROM llmload_rq")
-    _checks(engine)
-    facts.count_orphans("llmload_rq")
+    _checks(engine, run.request_rows)
     plan = _plan(run, engine, by)
     _groups_table(engine, plan, by)
     gs = plan.groups
@@ -1340,7 +1363,8 @@ def _slice_expr(column: str, start: int, end: int, slices: int) -> str:
 
 
 _ITL_OF_SAMPLE_SQL: Final = """
-SELECT s.o, (c.offset_ns / 1e9 - prev / 1e9) / c.tokens AS v, c.tokens AS w, prev IS NULL AS first
+SELECT s.gid, s.o, (c.offset_ns / 1e9 - prev / 1e9) / c.tokens AS v, c.tokens AS w,
+       prev IS NULL AS first
 FROM (SELECT request_id, offset_ns, tokens,
              lag(offset_ns) OVER (PARTITION BY request_id ORDER BY seq) AS prev
       FROM llmload_chunks WHERE tokens > 0 AND request_id IN (SELECT request_id FROM llmload_bs)) c
@@ -1357,47 +1381,56 @@ def bootstrap_steps(
 ) -> dict[int, DiskStep]:  # fmt: skip
     """Each step row's DiskStep (by position in `table.rows`), drawn from the engine while it
     still holds the run (engine_steps)."""
-    out: dict[int, DiskStep] = {}
     limit = BOOTSTRAP_SAMPLE if limit is None else limit
-    batches = by_folder(run.chunk_paths or [])
-    for position, row in enumerate(table.rows):
-        if row["group"] != "step":
-            continue
-        gid = position  # a row's gid is its position (engine_steps)
-        n = int(engine.sql(
-            f"SELECT count(*) AS n FROM llmload_rg WHERE gid = {gid} AND is_ok"
-        ).to_pylist()[0]["n"])  # fmt: skip
-        every = max(1, math.ceil(n / limit))
-        pick = f" AND hash(request_id, {int(seed)}) % {every} = 0" if every > 1 else ""
-        engine.con.execute(
-            "CREATE OR REPLACE TEMP TABLE llmload_bs AS SELECT request_id, ttft_s, tpot_s, e2e_s, "
-            f"done, (row_number() OVER (ORDER BY done, r) - 1)::BIGINT AS o FROM llmload_rg "
-            f"WHERE gid = {gid} AND is_ok{pick}"
-        )
-        sample = engine.sql("SELECT ttft_s, tpot_s, e2e_s, done FROM llmload_bs ORDER BY o")
+    steps = [p for p, row in enumerate(table.rows) if row["group"] == "step"]
+    if not steps:
+        return {}
+    listed = ", ".join(map(str, steps))  # a row's gid is its position (engine_steps)
+    counts = {int(r["gid"]): int(r["n"]) for r in engine.sql(
+        f"SELECT gid, count(*) AS n FROM llmload_rg WHERE gid IN ({listed}) AND is_ok GROUP BY gid"
+    ).to_pylist()}  # fmt: skip
+    every = {gid: max(1, math.ceil(counts.get(gid, 0) / limit)) for gid in steps}
+    share = " ".join(f"WHEN {gid} THEN {k}" for gid, k in every.items())
+    pick = (f" AND hash(request_id, {int(seed)}) % (CASE gid {share} END) = 0"
+            if any(k > 1 for k in every.values()) else "")  # fmt: skip
+    # every step's sample at once; `o`: a request's place among its step's, by end time
+    engine.con.execute(
+        "CREATE OR REPLACE TEMP TABLE llmload_bs AS SELECT gid, request_id, ttft_s, tpot_s, "
+        "e2e_s, done, (row_number() OVER (PARTITION BY gid ORDER BY done, r) - 1)::BIGINT AS o "
+        f"FROM llmload_rg WHERE gid IN ({listed}) AND is_ok{pick}"
+    )
+    sample = engine.sql("SELECT gid, ttft_s, tpot_s, e2e_s, done FROM llmload_bs ORDER BY gid, o")
+    parts = []
+    for paths in by_folder(run.chunk_paths or []):  # the ITL samples: one pass, every step
+        engine.register_parts("chunks", [(paths, run.chunk_filesystem)], view="llmload_chunks")
+        parts.append(engine.sql(_ITL_OF_SAMPLE_SQL))
+    engine.con.execute("DROP TABLE IF EXISTS llmload_bs")
+    itl = pa.concat_tables(parts) if parts else None
+    step_of = sample.column("gid").to_numpy().astype(np.int64)
+    itl_gid = itl.column("gid").to_numpy().astype(np.int64) if itl is not None else None
+    out: dict[int, DiskStep] = {}
+    for gid in steps:
+        mine = step_of == gid
         values = {
-            c: sample.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
+            c: sample.column(c).to_numpy(zero_copy_only=False).astype(np.float64)[mine]
             for c in ("ttft_s", "tpot_s", "e2e_s")
         }
-        parts = []
-        for paths in batches:
-            engine.register_parts("chunks", [(paths, run.chunk_filesystem)], view="llmload_chunks")
-            parts.append(engine.sql(_ITL_OF_SAMPLE_SQL))
-        itl = pa.concat_tables(parts) if parts else None
-        if itl is not None and len(itl):
-            owner = itl.column("o").to_numpy().astype(np.int64)
-            first = itl.column("first").to_numpy(zero_copy_only=False).astype(bool)
-            value = np.where(first, 0.0, itl.column("v").to_numpy(zero_copy_only=False))
-            tokens = itl.column("w").to_numpy().astype(np.float64)
+        empty = np.zeros(0)
+        itl_arrays = (empty.astype(np.int64), empty, empty)
+        if itl is not None and itl_gid is not None and (itl_gid == gid).any():
+            at = itl_gid == gid
+            owner = itl.column("o").to_numpy().astype(np.int64)[at]
+            first = itl.column("first").to_numpy(zero_copy_only=False).astype(bool)[at]
+            raw = itl.column("v").to_numpy(zero_copy_only=False).astype(np.float64)[at]
+            value = np.where(first, 0.0, raw)
+            tokens = itl.column("w").to_numpy().astype(np.float64)[at]
             weight = np.where(first, tokens - 1.0, tokens)
             keep = weight > 0
-            itl_arrays = (owner[keep], value[keep].astype(np.float64), weight[keep])
-        else:
-            empty = np.zeros(0)
-            itl_arrays = (empty.astype(np.int64), empty, empty)
-        out[position] = DiskStep(n, values, sample.column("done").to_numpy().astype(np.int64),
-                                 itl_arrays, _slice_totals(engine, row, slo, slices))  # fmt: skip
-    engine.con.execute("DROP TABLE IF EXISTS llmload_bs")
+            itl_arrays = (owner[keep], value[keep], weight[keep])
+        done = sample.column("done").to_numpy().astype(np.int64)[mine]
+        row = table.rows[gid]
+        out[gid] = DiskStep(counts.get(gid, 0), values, done, itl_arrays,
+                            _slice_totals(engine, row, slo, slices))  # fmt: skip
     return out
 
 

@@ -40,6 +40,7 @@ def report_repeats(args: argparse.Namespace, fail_on: tuple[str, ...] = ()) -> i
     from analysis.compare.repeats import summarize_repeats
     from analysis.compare.repeats_report import step_table, write_repeats
     from analysis.kernel.slo import parse_slo
+    from analysis.read.engine import DEFAULT_MEMORY_LIMIT
     from analysis.render.build import build_report
     from analysis.render.report_md import md_table
     from analysis.report.summary import CSV_ROWS
@@ -62,7 +63,9 @@ def report_repeats(args: argparse.Namespace, fail_on: tuple[str, ...] = ()) -> i
             report = build_report(uri, out / run_id, slo, html=not args.no_html,
                                   progress=not args.quiet, csv_rows=csv_rows,
                                   by=args.by, validity=args.validity,
-                                  bootstrap=(SLICES, args.seed))  # fmt: skip
+                                  memory_limit=args.memory_limit or DEFAULT_MEMORY_LIMIT,
+                                  spill_dir=args.spill_dir, jobs=args.jobs,
+                                  in_memory=args.in_memory, bootstrap=(SLICES, args.seed))  # fmt: skip
             reports.append(report)
             for warning in report.warnings:
                 print(f"llmload: warning: {run_id}: {warning}", file=sys.stderr)

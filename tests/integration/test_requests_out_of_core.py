@@ -51,6 +51,9 @@ def every_kind() -> RunBuilder:
         {"worker_id": "w2", "host": "a", "pid": 2, "clock_offset_ms": -40.0},
         {"worker_id": "w3", "host": "b", "pid": 3, "clock_offset_ms": None},
     ]
+    # shared prefixes of 64 tokens in 16-token blocks: the implied cache share per step
+    b.manifest_extra["config"] = {"users": 8, "prefix_tokens": 64, "prefix_groups": 2,
+                                  "engine_block_size": 16}  # fmt: skip
     b.add_step(0, 4, started_s=10, spawned_s=10, ended_s=30, warmup_s=2)
     b.add_rate_step(1, 6.0, started_s=30, ended_s=40, warmup_s=0, max_concurrency=2,
                     over_cap="drop")  # fmt: skip
@@ -115,6 +118,7 @@ def test_every_kind_of_figure_is_the_same(tmp_path: Path, by: str | None) -> Non
     first = [r for r in rows if r["step"] == 0]
     assert any(r["stall_moved_pct"] > 0 for r in first), first  # the ASOF join moved something
     assert any(r["errors_other"] for r in first) and any(r["cached_tokens_pct"] > 0 for r in first)
+    assert all(r["cached_implied_pct"] > 0 for r in first if r["ok"])
     rate = [r for r in rows if r["step"] == 1]
     assert sum(r["requests_dropped"] for r in rate) > 0 and sum(r["requests_queued"] for r in rate)
     assert any("no step timeline for step(s) 2" in w for w in disk.warnings)
