@@ -297,12 +297,11 @@ class Engine:
 
         self._spill = None if spill_dir else tempfile.TemporaryDirectory(prefix="llmload-spill-")
         spill = spill_dir or (self._spill.name if self._spill else "")
-        self.workdir = Path(spill)
         self.spill_root = spill_dir  # the folder given (None: the system's temporary one)
         # on_disk: tables the engine makes (a run's request table) live in a database file in
         # the spill folder, paged in under the memory limit, not in memory
         self._database = (
-            self.workdir / f"llmload-{os.getpid()}-{id(self)}.duckdb" if on_disk else None
+            Path(spill) / f"llmload-{os.getpid()}-{id(self)}.duckdb" if on_disk else None
         )
         self.con = duckdb.connect(str(self._database) if self._database else ":memory:",
                                   config={"autoinstall_known_extensions": False,

@@ -259,7 +259,7 @@ def summarize_run(
         with contextlib.ExitStack() as stack:
             if engine is None:
                 engine = stack.enter_context(Engine(on_disk=True))
-            if covers(run, engine):
+            if covers(run):
                 report = _summarize_on_disk(run, slo, slo_source, engine, by, limits, warnings,
                                             requests_file)  # fmt: skip
                 if bootstrap is not None:
@@ -292,7 +292,7 @@ def _summarize_on_disk(
     requests.parquet is written by the engine into a folder of the report's own, which
     write_tables moves into the output folder."""
     saturation = (limits["cpu"], limits["lag_ms"])
-    table, _ = engine_steps(run, engine, slo, by, saturation)
+    table = engine_steps(run, engine, slo, by, saturation)
     folder = tempfile.mkdtemp(prefix="llmload-requests-", dir=engine.spill_root)
     table.requests_file = Path(folder) / "requests.parquet"
     report = _report(run, slo, slo_source, table, limits, warnings, None)

@@ -472,16 +472,31 @@ def _latencies(
     """Each latency metric's summary over the successful requests; its quantiles into `curves`.
     ITL and ICL come from the chunks (`chunk`), the others from the per-request metrics."""
     per = metrics.per_request
+
+    def of_requests(metric: str) -> tuple[DistributionSummary, np.ndarray]:
+        ordered = SortedSamples.of(per[f"{metric}_s"].to_numpy(np.float64)[latency])
+        return DistributionSummary.of_sorted(ordered), ordered.quantiles(CURVE_QUANTILES)
+
+    return latency_columns(chunk, curves, of_requests)
+
+
+def latency_columns(
+    chunk: GroupChunks,
+    curves: dict[str, np.ndarray],
+    of_requests: Callable[[str], tuple[DistributionSummary, np.ndarray]],
+) -> dict[str, Any]:
+    """Each of LATENCY_METRICS' summary columns, its curve into `curves`: ITL and ICL from
+    the chunks (`chunk`), the others' (summary, curve) from `of_requests(metric)` (numpy in
+    memory, the engine out of core: analysis/steps/outofcore.py)."""
     out: dict[str, Any] = {}
     for metric in LATENCY_METRICS:
         if metric in ("itl", "icl"):
             latency_of = chunk.itl if metric == "itl" else chunk.icl
-            out.update(latency_of.summary.columns(metric))
-            curves[metric] = latency_of.curve
-            continue
-        ordered = SortedSamples.of(per[f"{metric}_s"].to_numpy(np.float64)[latency])
-        out.update(DistributionSummary.of_sorted(ordered).columns(metric))
-        curves[metric] = ordered.quantiles(CURVE_QUANTILES)
+            summary, curve = latency_of.summary, latency_of.curve
+        else:
+            summary, curve = of_requests(metric)
+        out.update(summary.columns(metric))
+        curves[metric] = curve
     return out
 
 

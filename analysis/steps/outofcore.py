@@ -1,6 +1,6 @@
 """The step table with the request rows left on disk too: the engine's path.
 
-    table, orphans = engine_steps(run, engine, slo, by, saturation)   # run: load_run(..., requests=False)
+    table = engine_steps(run, engine, slo, by, saturation)   # run: load_run(..., requests=False)
 
 `aggregate.aggregate_steps` holds every request row in memory (pandas, about 1.5 KB a request
 once its per-request columns are computed beside it). This path holds none: the request parts
@@ -60,10 +60,10 @@ from analysis.read.clocks import worker_offsets_ns
 from analysis.read.load import REQUEST_COLUMNS, RunData
 from analysis.steps.aggregate import (
     BY_CHOICES,
-    LATENCY_METRICS,
     PER_REQUEST_COLUMNS,
     PROMPT_OFFSET_FROM,
     REPLAYED_PROMPTS,
+    TIMELINE_BINS,
     StepTable,
     Timeline,
     _mixed_models_warning,
@@ -71,6 +71,7 @@ from analysis.steps.aggregate import (
     _schedule_window,
     _step_warnings,
     judge_slo,
+    latency_columns,
     orphan_warnings,
     prompt_offset_warning,
     row_name,
@@ -96,7 +97,7 @@ _ORDERED_OFFSETS: Final = (
 )  # fmt: skip  (analysis/derive/metrics.py's order)
 
 
-def covers(run: RunData, engine: Any) -> bool:
+def covers(run: RunData) -> bool:
     """Whether this path computes every figure of the run: every run but one whose engine
     spans are too many to hold (they are read into memory: analysis/kernel/spans.py), which
     takes the in-memory path."""
@@ -441,6 +442,11 @@ def _values_sql(rate_gids: list[int]) -> str:
     return " UNION ALL ".join(parts)
 
 
+def _at(quantiles: np.ndarray | None, i: int) -> float:
+    """The i-th of a group's quantiles from _ranks; NaN where the group has no values."""
+    return float(quantiles[i]) if quantiles is not None else float("nan")
+
+
 def _summary(key: tuple[int, int], ranks: dict[tuple[int, int], np.ndarray],
              stats: dict[tuple[int, int], tuple[int, float, float]]) -> tuple[DistributionSummary, np.ndarray]:  # fmt: skip
     """A latency's DistributionSummary and curve from _ranks (empty: no values)."""
@@ -619,8 +625,6 @@ def _stall_effect(
         JOIN {stalled_by[0]} p0 USING (r) JOIN {stalled_by[1]} p1 USING (r)
         JOIN {stalled_by[2]} p2 USING (r) JOIN {stalled_by[3]} p3 USING (r)
     """)  # fmt: skip
-    hit = engine.sql("SELECT count(*) AS n, count(*) FILTER (WHERE e2e_stall > 0) AS pos "
-                     "FROM llmload_phases").to_pylist()[0]  # fmt: skip
     freed = {"ttft": 7, "tpot": 8, "e2e": 9}
     values = f"""
         SELECT q.gid, {{k}} AS k, {{expr}} AS v
@@ -643,7 +647,6 @@ def _stall_effect(
         "WHERE p.e2e_stall > 0 GROUP BY q.gid"
     ).to_pylist()
     moved_any = {int(r["gid"]) for r in positive if r["n"]}
-    del hit
     out: dict[int, tuple[float, str | None]] = {}
     for gid in gids:
         if gid not in moved_any:
@@ -654,9 +657,7 @@ def _stall_effect(
             metric, stat = name.split("_")
             before = seen[gid].get(name, float("nan"))
             after_q = ranks.get((gid, freed[metric]))
-            after = (
-                float(after_q[0 if stat == "p50" else 1]) if after_q is not None else float("nan")
-            )
+            after = _at(after_q, 0 if stat == "p50" else 1)
             if before > 0 and math.isfinite(before) and math.isfinite(after):
                 moved = 100.0 * (before - after) / before
                 if moved > worst:
@@ -682,10 +683,10 @@ def engine_steps(
     slo: Slo,
     by: str | None,
     saturation: tuple[float, float],
-) -> tuple[StepTable, int]:
+) -> StepTable:
     """The step table of a run whose request parts are on disk (`load_run(..., chunks=False,
-    requests=False)`) and the chunk rows of no request; see the module doc. `covers(run,
-    engine)` must have said yes."""
+    requests=False)`) and the chunk rows of no request; see the module doc. `covers(run)`
+    must have said yes."""
     for stale in ("llmload_path", "llmload_sess"):  # an earlier run's, in the same engine
         engine.con.execute(f"DROP TABLE IF EXISTS {stale}")
     offsets = worker_offsets_ns(run.manifest)
@@ -819,7 +820,7 @@ def engine_steps(
     table.ttft_sample = _ttft_sample(engine, run.request_rows)
     table.good_in_window = _good_counter(engine)
     table.request_rows = run.request_rows
-    return table, facts.orphan_chunks
+    return table
 
 
 def _senders(s: Mapping[str, Any]) -> frozenset[str] | None:
@@ -870,15 +871,8 @@ def _row(
         "error_rate": failed / (ok + failed) if ok + failed else float("nan"),
     })  # fmt: skip
     curves: dict[str, np.ndarray] = {}
-    for metric in LATENCY_METRICS:
-        if metric in ("itl", "icl"):
-            latency_of = chunk.itl if metric == "itl" else chunk.icl
-            row.update(latency_of.summary.columns(metric))
-            curves[metric] = latency_of.curve
-            continue
-        summary, curve = _summary((g.gid, _KINDS[metric]), ranks, stats)
-        row.update(summary.columns(metric))
-        curves[metric] = curve
+    row.update(latency_columns(chunk, curves,
+                               lambda metric: _summary((g.gid, _KINDS[metric]), ranks, stats)))  # fmt: skip
     w = g.window
     sums = in_window.get(g.gid)
     if w is not None and sums is not None:
@@ -928,11 +922,11 @@ def _row(
     slip_stats = stats.get((g.gid, _KINDS["slip"])) if rate_step else None
     queued = ranks.get((g.gid, _KINDS["queued"])) if rate_step else None
     row.update({
-        "slip_p50_ms": float(slip[0]) if slip is not None else float("nan"),
-        "slip_p99_ms": float(slip[1]) if slip is not None else float("nan"),
+        "slip_p50_ms": _at(slip, 0),
+        "slip_p99_ms": _at(slip, 1),
         "slip_max_ms": slip_stats[2] if slip_stats is not None else float("nan"),
-        "requests_queued": _queued_count(s, g) if rate_step else None,
-        "queued_p99_ms": float(queued[0]) if queued is not None else float("nan"),
+        "requests_queued": int(s.get("queued_n") or 0) if rate_step else None,
+        "queued_p99_ms": _at(queued, 0),
     })  # fmt: skip
     row.update(session_columns(None, np.zeros(0, bool)))  # missing without sessions
     if sessions is not None:
@@ -952,11 +946,11 @@ def _row(
     })  # fmt: skip
     delay = ranks.get((g.gid, _KINDS["client_delay"]))
     connect = ranks.get((g.gid, _KINDS["connect"]))
-    row["client_delay_p50_ms"] = float(delay[0]) if delay is not None else float("nan")
-    row["client_delay_p99_ms"] = float(delay[1]) if delay is not None else float("nan")
+    row["client_delay_p50_ms"] = _at(delay, 0)
+    row["client_delay_p99_ms"] = _at(delay, 1)
     row["connections_new"] = int(s.get("connections_new") or 0)
-    row["connect_p50_ms"] = float(connect[0]) if connect is not None else float("nan")
-    row["connect_p99_ms"] = float(connect[1]) if connect is not None else float("nan")
+    row["connect_p50_ms"] = _at(connect, 0)
+    row["connect_p99_ms"] = _at(connect, 1)
     row["span_share"] = float("nan")
     for part in PATH_PARTS:
         row[f"{part}_mean_s"] = row[f"{part}_p50_s"] = row[f"{part}_p99_s"] = float("nan")
@@ -976,10 +970,6 @@ def _implied_pct(s: Mapping[str, Any]) -> float:
     return 100.0 * implied / total if total == total and total > 0 else float("nan")
 
 
-def _queued_count(s: Mapping[str, Any], g: _Group) -> int:
-    return int(s.get("queued_n") or 0)
-
-
 def _cached_warning(engine: Any) -> list[str]:
     """sessions.cached_tokens_warning over the request table."""
     row = engine.sql(
@@ -994,8 +984,6 @@ def _cached_warning(engine: Any) -> list[str]:
 
 
 def _timeline(engine: Any) -> Timeline:
-    from analysis.steps.aggregate import TIMELINE_BINS
-
     span = engine.sql(
         "SELECT min(sent) AS t0, max(greatest(sent, done)) AS last, count(*) AS n "
         "FROM llmload_rq WHERE NOT is_dropped"
@@ -1058,8 +1046,8 @@ def _good_counter(engine: Any) -> Callable[[Slo, Window], int | None]:
     return count
 
 
-def write_requests(engine: Any, path: Path, slo: Slo) -> int:
-    """requests.parquet by the engine (aggregate.PER_REQUEST_COLUMNS, streaming); its rows."""
+def write_requests(engine: Any, path: Path, slo: Slo) -> None:
+    """requests.parquet by the engine (aggregate.PER_REQUEST_COLUMNS, streaming)."""
     from analysis.derive.path import PER_REQUEST_COLUMNS as PATH_COLUMNS
 
     computed = {
@@ -1071,19 +1059,16 @@ def write_requests(engine: Any, path: Path, slo: Slo) -> int:
     good = good_sql(slo)
     if good is not None:
         computed["good"] = f"({good})"
-    source = "llmload_rg"
+    source = "llmload_rg q"
     if _exists(engine, "llmload_path"):  # the run's spans: each request's path
         computed.update({c: f"p.{c}" for c in PATH_COLUMNS})
-        source = "llmload_rg q LEFT JOIN llmload_path p ON p.r = q.r"
+        source += " LEFT JOIN llmload_path p ON p.r = q.r"
     columns = ", ".join(f"{computed[c]} AS {c}" if c in computed else f"q.{c}"
                         for c in PER_REQUEST_COLUMNS)  # fmt: skip
-    if source == "llmload_rg":
-        source = "llmload_rg q"
     engine.con.execute(
         f"COPY (SELECT {columns} FROM {source}) TO {_q(str(path))} "
         "(FORMAT parquet, COMPRESSION zstd)"
     )
-    return int(engine.sql("SELECT count(*) AS n FROM llmload_rq").to_pylist()[0]["n"])
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -1177,8 +1162,8 @@ def _session_columns(engine: Any) -> dict[int, dict[str, Any]]:
             "sessions_error": int(r["e"]),
             "sessions_cut": int(r["x"]),
             "session_turns_mean": _f(r["turns"]),
-            "session_e2e_p50_s": float(e2e[0]) if e2e is not None else float("nan"),
-            "session_e2e_p99_s": float(e2e[1]) if e2e is not None else float("nan"),
+            "session_e2e_p50_s": _at(e2e, 0),
+            "session_e2e_p99_s": _at(e2e, 1),
             "tool_wait_s_mean": _f(r["tool_wait"]),
             "think_s_mean": _f(r["think"]),
         }
@@ -1211,8 +1196,8 @@ def _turn_rows(engine: Any) -> list[dict[str, Any]]:
         out.append({
             "turn": int(r["turn"]),
             "requests": int(r["n"]),
-            "ttft_p50_s": float(ttft[0]) if ttft is not None else float("nan"),
-            "ttft_p99_s": float(ttft[1]) if ttft is not None else float("nan"),
+            "ttft_p50_s": _at(ttft, 0),
+            "ttft_p99_s": _at(ttft, 1),
             "prompt_tokens_mean": _f(r["prompt"]),
             "cached_tokens_mean": _f(r["cached"]),
             "cache_hit_pct": 100.0 * _f(r["hit"]) / of if of == of and of > 0 else float("nan"),
@@ -1300,15 +1285,15 @@ def _path(engine: Any, run: RunData) -> bool:
 def _path_columns(engine: Any) -> dict[int, dict[str, Any]]:
     """path.path_columns' span share and each part's mean, p50 and p99 of every group, over
     its successful requests with a span."""
-    from analysis.derive.path import PARTS
-
     spanned = "q.gid IS NOT NULL AND NOT q.is_dropped AND q.is_ok AND p.span"
     values = " UNION ALL ".join(
         f"SELECT q.gid, {k} AS k, p.{part}_s AS v FROM llmload_rg q JOIN llmload_path p "
         f"ON p.r = q.r WHERE {spanned}"
-        for k, part in enumerate(PARTS)
+        for k, part in enumerate(PATH_PARTS)
     )
-    ranks, stats = _ranks(engine, values, {k: np.array([0.5, 0.99]) for k in range(len(PARTS))})
+    ranks, stats = _ranks(
+        engine, values, {k: np.array([0.5, 0.99]) for k in range(len(PATH_PARTS))}
+    )
     share = {
         int(r["gid"]): (int(r["spanned"]), int(r["n"]))
         for r in engine.sql(
@@ -1321,12 +1306,12 @@ def _path_columns(engine: Any) -> dict[int, dict[str, Any]]:
     for gid in {*share, *(key[0] for key in stats)}:
         spanned_n, total = share.get(gid, (0, 0))
         row: dict[str, Any] = {"span_share": spanned_n / total if total else float("nan")}
-        for k, part in enumerate(PARTS):
+        for k, part in enumerate(PATH_PARTS):
             q = ranks.get((gid, k))
             n_mean = stats.get((gid, k))
             row[f"{part}_mean_s"] = n_mean[1] if n_mean is not None else float("nan")
-            row[f"{part}_p50_s"] = float(q[0]) if q is not None else float("nan")
-            row[f"{part}_p99_s"] = float(q[1]) if q is not None else float("nan")
+            row[f"{part}_p50_s"] = _at(q, 0)
+            row[f"{part}_p99_s"] = _at(q, 1)
         out[gid] = row
     return out
 
