@@ -12,10 +12,11 @@ import contextlib
 import socket
 import struct
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from analysis.kernel.anchor import wall_and_perf_ns
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -401,6 +402,7 @@ class HttpConnection(asyncio.Protocol):
         else:
             keep_alive = "close" not in connection
         path, _, query = target.partition("?")
+        received_unix_ns, received_ns = wall_and_perf_ns()  # one instant on both clocks
         return Request(
             method=method,
             path=path,
@@ -408,8 +410,8 @@ class HttpConnection(asyncio.Protocol):
             headers=headers,
             body=body,
             keep_alive=keep_alive,
-            received_ns=time.perf_counter_ns(),
-            received_unix_ns=time.time_ns(),
+            received_ns=received_ns,
+            received_unix_ns=received_unix_ns,
             query=query,
             kernel_arrival_unix_ns=self._take_kernel_arrival(),
         )

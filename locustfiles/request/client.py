@@ -27,6 +27,7 @@ from typing import Any
 import urllib3
 from gevent import GreenletExit
 
+from analysis.kernel.anchor import wall_and_perf_ns
 from analysis.kernel.schema import SHAPE_KINDS
 from locustfiles.request.errors import (
     CONNECT,
@@ -165,8 +166,8 @@ def execute(
     payload = _body_bytes(body)
     hdrs = {"Content-Type": "application/json", "Accept-Encoding": "identity", **headers}
     lean = pool.target(url) if isinstance(pool, UserPool) else None
-    record.sent_at_ns = time.time_ns()
-    t0 = watch.t0 = _perf_ns()
+    record.sent_at_ns, t0 = wall_and_perf_ns()  # one instant on both clocks
+    watch.t0 = t0
     try:
         if lean is not None:  # plain http on a user's pool: wire.py's lean exchange
             resp = pool.post(  # type: ignore[attr-defined]
