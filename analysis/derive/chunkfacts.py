@@ -144,62 +144,58 @@ FROM llmload_chunks GROUP BY request_id
 rows afterwards: an id with no row is orphan chunks)."""
 
 _SAMPLES_CTE: Final = """
-WITH w AS (
-    SELECT r.g, r.r, r.end_s, c.seq, c.offset_ns, c.tokens,
+WITH w AS MATERIALIZED (
+    SELECT r.g, r.r, r.e, r.sent, r.end_s, c.seq, c.offset_ns, c.tokens,
            lag(c.seq) OVER p AS prev_seq,
            lag(c.offset_ns) OVER p AS prev_off,
-           last_value(CASE WHEN c.tokens > 0 THEN c.offset_ns END IGNORE NULLS)
+           max(CASE WHEN c.tokens > 0 THEN c.offset_ns END)
                OVER (p ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_tok
     FROM llmload_chunks c JOIN llmload_req r ON c.request_id = r.rid
     WINDOW p AS (PARTITION BY r.r ORDER BY c.seq)
-), e AS (
-    SELECT g, unnest(list_filter([
-        {k: 0, v: (offset_ns / 1e9 - prev_off / 1e9)::DOUBLE,
-         w: (CASE WHEN g >= 0 AND prev_off IS NOT NULL THEN 1 ELSE 0 END)::BIGINT},
-        {k: 1, v: (CASE WHEN prev_tok IS NULL THEN 0.0
-                        ELSE (offset_ns / 1e9 - prev_tok / 1e9) / tokens END)::DOUBLE,
-         w: (CASE WHEN g < 0 OR tokens <= 0 THEN 0 WHEN prev_tok IS NULL THEN tokens - 1
-                  ELSE tokens END)::BIGINT},
-        {k: 2, v: r::DOUBLE, w: (offset_ns < 0)::BIGINT},
-        {k: 3, v: r::DOUBLE, w: (tokens < 0)::BIGINT},
-        {k: 4, v: r::DOUBLE, w: coalesce(seq = prev_seq, false)::BIGINT},
-        {k: 5, v: r::DOUBLE, w: coalesce(offset_ns / 1e9 < prev_off / 1e9, false)::BIGINT},
-        {k: 6, v: r::DOUBLE, w: coalesce(offset_ns / 1e9 > end_s, false)::BIGINT}
-    ], lambda x: x.w > 0)) AS s
-    FROM w
 ), x AS (
-    SELECT g, s.k AS k, s.v AS v, s.w AS w,
-           CASE WHEN s.k < 2 THEN floor(s.v / %(bin)s)::BIGINT ELSE s.v::BIGINT END AS b
-    FROM e
+    SELECT g, 0 AS k, (offset_ns / 1e9 - prev_off / 1e9)::DOUBLE AS v, 1::BIGINT AS w
+    FROM w WHERE g >= 0 AND prev_off IS NOT NULL
+    UNION ALL
+    SELECT g, 1 AS k,
+           (CASE WHEN prev_tok IS NULL THEN 0.0
+                 ELSE (offset_ns / 1e9 - prev_tok / 1e9) / tokens END)::DOUBLE AS v,
+           (CASE WHEN prev_tok IS NULL THEN tokens - 1 ELSE tokens END)::BIGINT AS w
+    FROM w WHERE g >= 0 AND tokens > 0 AND (prev_tok IS NOT NULL OR tokens > 1)
 )
 """
-"""Every chunk's samples, from a window over its request's chunks in seq order. Kinds 0 (ICL)
-and 1 (ITL): samples of each group's successful requests, `b` their 1 µs bin; kinds 2..6:
-the row (`b`) of a request whose chunks fail one of _CHECKS."""
+"""Every chunk's samples, from a window over its request's chunks in seq order: kinds 0 (ICL)
+and 1 (ITL), the samples of each group's successful requests and their weights. The token
+chunk before a chunk is the latest one before it (`max`: offsets never decrease within a
+request, or the check of kind 5 refuses the run)."""
 
 _HIST_SQL: Final = (
     "INSERT INTO llmload_hist " + _SAMPLES_CTE
-    + "SELECT g, k, b, sum(w), sum(v * w), max(v) FROM x GROUP BY ALL"
+    + "SELECT g, k, floor(v / %(bin)s)::BIGINT AS b, sum(w), sum(v * w), max(v) FROM x "
+    "GROUP BY ALL "
+    "UNION ALL "  # the tokens that arrived inside each window (kind 7, b: the window's index)
+    "SELECT -1, 7, n.i, sum(w.tokens), 0.0, 0.0 FROM w JOIN llmload_windows n "
+    "ON w.e = n.code AND w.sent + w.offset_ns BETWEEN n.start_ns AND n.end_ns GROUP BY n.i "
+    "UNION ALL "  # the rows of requests whose chunks fail a check (kinds 2..6, b: the row)
+    "SELECT g, s.k, s.b, 1, 0.0, 0.0 FROM (SELECT g, unnest(list_filter(["
+    "{k: 2, b: r, f: offset_ns < 0}, {k: 3, b: r, f: tokens < 0}, "
+    "{k: 4, b: r, f: coalesce(seq = prev_seq, false)}, "
+    "{k: 5, b: r, f: coalesce(offset_ns / 1e9 < prev_off / 1e9, false)}, "
+    "{k: 6, b: r, f: coalesce(offset_ns / 1e9 > end_s, false)}], lambda x: x.f)) AS s "
+    "FROM w WHERE offset_ns < 0 OR tokens < 0 OR coalesce(seq = prev_seq, false) "
+    "OR coalesce(offset_ns / 1e9 < prev_off / 1e9, false) "
+    "OR coalesce(offset_ns / 1e9 > end_s, false))"
 )  # fmt: skip
-"""First pass, one batch: each group's samples by bin (weight, weighted sum, max), and the
-requests that fail a check. A bin may have a row per batch: every reader sums."""
+"""First pass, one batch, one scan: each group's samples by 1 µs bin (weight, weighted sum,
+max), the tokens inside each window (`llmload_windows`), and the requests that fail a check.
+A bin may have a row per batch: every reader sums."""
 
 _VALUES_SQL: Final = (
     "INSERT INTO llmload_values " + _SAMPLES_CTE
-    + "SELECT x.g, x.k, x.b, x.v, sum(x.w) FROM x SEMI JOIN llmload_bins n "
-    "ON x.g = n.g AND x.k = n.k AND x.b = n.b WHERE x.k < 2 GROUP BY ALL"
+    + "SELECT x.g, x.k, floor(x.v / %(bin)s)::BIGINT AS b, x.v, sum(x.w) FROM x "
+    "SEMI JOIN llmload_bins n ON x.g = n.g AND x.k = n.k AND floor(x.v / %(bin)s)::BIGINT = n.b "
+    "GROUP BY ALL"
 )  # fmt: skip
 """Second pass, one batch: the values (and weights) in the bins that hold a wanted rank."""
-
-
-def _window_tokens_sql(windows: list[tuple[int, Window]]) -> str:
-    """The tokens of each window's eligible requests' chunks that arrived inside it."""
-    sums = ", ".join(
-        f"sum(c.tokens) FILTER (WHERE r.e = {code} AND r.sent + c.offset_ns "
-        f"BETWEEN {w.start_ns} AND {w.end_ns}) AS win_{i}"
-        for i, (code, w) in enumerate(windows)
-    )
-    return f"SELECT {sums} FROM llmload_chunks c JOIN llmload_req r ON c.request_id = r.rid"
 
 
 _CREATE_TABLES: Final = (
@@ -269,7 +265,12 @@ class EngineChunkFacts:
             rows = self.engine.sql("SELECT count(*) AS n FROM llmload_batch").to_pylist()[0]["n"]
             most = max(1_000, self.engine.memory_bytes // WINDOW_ROW_BYTES)
             slices = max(1, -(-int(rows) // most)) if sliced else 1
-            for i in range(slices):
+            by_parts = self._part_slices(paths, most) if slices > 1 else None
+            for group in by_parts or []:  # each slice reads its own parts, none twice
+                self.engine.register_parts("chunks", [(group, self.filesystem)],
+                                           view="llmload_chunks")  # fmt: skip
+                yield
+            for i in range(slices if by_parts is None else 0):
                 where = f" WHERE hash(request_id) % {slices} = {i}" if slices > 1 else ""
                 self.engine.con.execute(
                     f"CREATE OR REPLACE VIEW llmload_chunks AS SELECT * FROM llmload_batch{where}"
@@ -278,6 +279,12 @@ class EngineChunkFacts:
 
     def _on_batch(self, paths: list[str]) -> None:
         """Before each batch of parts is read (TableChunkFacts narrows its request rows)."""
+
+    def _part_slices(self, paths: list[str], most: int) -> list[list[str]] | None:
+        """A batch's parts in slices of at most `most` rows, where each request's chunks are
+        known to lie in one part (TableChunkFacts); None: slices by a hash of the request id,
+        each a scan of every part of the batch."""
+        return None
 
     def _register(self, group: np.ndarray, sent: np.ndarray, elig: np.ndarray) -> None:
         table = pa.table({
@@ -358,13 +365,19 @@ class EngineChunkFacts:
         `windows` the distinct (eligibility code, window) pairs, `window_of` each group's."""
         for statement in _CREATE_TABLES:
             self.engine.con.execute(statement)
+        self.engine.con.register("llmload_windows", pa.table({
+            "i": pa.array(range(len(windows)), pa.int64()),
+            "code": pa.array([code for code, _ in windows], pa.int32()),
+            "start_ns": pa.array([w.start_ns for _, w in windows], pa.int64()),
+            "end_ns": pa.array([w.end_ns for _, w in windows], pa.int64()),
+        }))  # fmt: skip
         self._histogram_and_checks()
         summaries = self._summaries(groups)
         sums = np.zeros(len(windows))
-        if windows:
-            for _ in self._each_batch():
-                row = self.engine.sql(_window_tokens_sql(windows)).to_pylist()[0]
-                sums += [float(row[f"win_{i}"] or 0) for i in range(len(windows))]
+        for row in self.engine.sql(
+            "SELECT b, sum(w)::DOUBLE AS w FROM llmload_hist WHERE k = 7 GROUP BY b"
+        ).to_pylist():
+            sums[int(row["b"])] = float(row["w"] or 0)
         out = []
         for i, w in enumerate(window_of):
             tokens = float("nan") if w is None else float(sums[w])
@@ -377,8 +390,8 @@ class EngineChunkFacts:
         for _ in self._each_batch(sliced=True):
             self.engine.con.execute(_HIST_SQL % {"bin": _BIN_S})
         bad = self.engine.sql(
-            "SELECT k, list(DISTINCT b ORDER BY b) AS rows FROM llmload_hist WHERE k >= 2 "
-            "GROUP BY k"
+            "SELECT k, list(DISTINCT b ORDER BY b) AS rows FROM llmload_hist "
+            "WHERE k BETWEEN 2 AND 6 GROUP BY k"
         ).to_pylist()
         found = {int(b["k"]): b["rows"] for b in bad}
         for k, reason in enumerate(_CHECKS, start=2):
@@ -469,16 +482,49 @@ class TableChunkFacts(EngineChunkFacts):
         self.batches = batches
         self.filesystem = filesystem
         self._orphans = 0
+        self._whole: set[tuple[str, ...]] = set()  # batches whose requests lie in one part each
 
     def aggregate(self, paths: list[str]) -> None:
         """`llmload_chunkagg`: the per-request aggregate of one worker's chunk parts (a worker
-        at a time: a hash aggregation of a worker's requests, not of every request at once)."""
+        at a time: a hash aggregation of a worker's requests, not of every request at once).
+        It notes whether each request's chunks lie in one part (the sink writes a request's
+        chunks together): then a window over the worker's chunks may take them part by part."""
         self.engine.register_parts("chunks", [(paths, self.filesystem)] if paths else [],
-                                   view="llmload_workerchunks")  # fmt: skip
+                                   view="llmload_workerchunks", part_column=True)  # fmt: skip
         self.engine.con.execute(
             "CREATE OR REPLACE TABLE llmload_chunkagg AS "
-            + _AGGREGATE_SQL.replace("llmload_chunks", "llmload_workerchunks")
+            + _AGGREGATE_SQL.replace("llmload_chunks", "llmload_workerchunks").replace(
+                "\nFROM ",
+                ",\n       min(llmload_part) AS part_lo, max(llmload_part) AS part_hi\nFROM ",
+            )
         )
+        split = self.engine.sql(
+            "SELECT count(*) FILTER (WHERE part_lo IS NULL OR part_lo <> part_hi) AS n "
+            "FROM llmload_chunkagg"
+        ).to_pylist()[0]["n"]
+        if paths and not split:
+            self._whole.add(tuple(sorted(paths)))
+
+    def _part_slices(self, paths: list[str], most: int) -> list[list[str]] | None:
+        if tuple(sorted(paths)) not in self._whole:
+            return None
+        listed = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+        sizes = {str(r["file_name"]): int(r["num_rows"]) for r in self.engine.sql(
+            f"SELECT file_name, sum(num_rows) AS num_rows FROM parquet_file_metadata({listed}) "
+            "GROUP BY file_name"
+        ).to_pylist()}  # fmt: skip
+        slices: list[list[str]] = []
+        rows = most
+        for path in sorted(paths):
+            n = sizes.get(path, 0)
+            if n > most:
+                return None  # one part alone is more than a slice holds
+            if rows + n > most:
+                slices.append([])
+                rows = 0
+            slices[-1].append(path)
+            rows += n
+        return slices
 
     def count_orphans(self, requests_table: str) -> None:
         """Adds the chunk rows of `llmload_chunkagg` whose request id is not in

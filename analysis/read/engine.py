@@ -370,12 +370,14 @@ class Engine:
         table: str,
         sources: list[tuple[list[str], pafs.FileSystem | None]],
         view: str | None = None,
+        part_column: bool = False,
     ) -> None:
         """A view `table` over Parquet parts whose versions are checked: `sources` are lists
         of paths, each in its filesystem. Every column of the newest schema, in its order;
         a column older parts lack reads as null. Local files are read by DuckDB itself
         (within its memory limit), others through a pyarrow dataset. `view`: the view's name
-        (default: the table's)."""
+        (default: the table's). `part_column`: a last column `llmload_part`, the row's part
+        (its file's place among its source's paths; null where the source is not local)."""
         schema = SCHEMAS[table].remove_metadata()
         selects = []
         for i, (paths, filesystem) in enumerate(sources):
@@ -397,11 +399,17 @@ class Engine:
                 else f"CAST(NULL AS {_DUCK_TYPES.get(f.type, 'VARCHAR')}) AS {f.name}"
                 for f in schema
             )
+            if part_column:
+                local = isinstance(filesystem, pafs.LocalFileSystem)
+                columns += (
+                    ", file_index AS llmload_part" if local else (", NULL::UBIGINT AS llmload_part")
+                )
             selects.append(f"SELECT {columns} FROM {source}")
         if not selects:
             empty = f"llmload_{view or table}_empty"
             self.con.register(empty, schema.empty_table())
-            selects.append(f"SELECT * FROM {empty}")
+            part = ", NULL::UBIGINT AS llmload_part" if part_column else ""
+            selects.append(f"SELECT *{part} FROM {empty}")
         name = view or table
         self.con.execute(f"CREATE OR REPLACE VIEW {name} AS " + " UNION ALL ".join(selects))
 

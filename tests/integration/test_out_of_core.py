@@ -145,6 +145,59 @@ def test_a_worker_taken_in_slices_gives_the_same_figures(
     assert_same_reports(*both(str(run), tmp_path, slo="itl_p99=0.1"))  # 15,000 rows a worker
 
 
+def _slicing(monkeypatch: pytest.MonkeyPatch) -> list[list[str] | None]:
+    """Each sliced batch's slicing as the engine chose it: parts (lists) or a hash (None)."""
+    import analysis.derive.chunkfacts as chunkfacts
+
+    chosen: list[list[str] | None] = []
+    real = chunkfacts.TableChunkFacts._part_slices
+
+    def spy(
+        self: chunkfacts.TableChunkFacts, paths: list[str], most: int
+    ) -> list[list[str]] | None:
+        got = real(self, paths, most)
+        chosen.append(got)
+        return got
+
+    monkeypatch.setattr(chunkfacts.TableChunkFacts, "_part_slices", spy)
+    monkeypatch.setattr(chunkfacts, "WINDOW_ROW_BYTES", 2**18)  # 1,000 rows (the least)
+    return chosen
+
+
+def test_a_worker_whose_requests_lie_in_one_part_each_is_sliced_by_parts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink writes a request's chunks together: a worker's parts are then read a group of
+    parts at a time (each part read once a pass, not once per slice), with the same figures."""
+    run = write_run(tmp_path / "ev", 3_000, 10, workers=2, parts=20)  # 750 rows a part
+    chosen = _slicing(monkeypatch)
+    assert_same_reports(*both(str(run), tmp_path, slo="itl_p99=0.1"))
+    assert chosen and all(c is not None for c in chosen), chosen
+    for slices in chosen:
+        # 15,000 rows a worker, slices of 1,000 rows at most: one 750-row part each
+        assert slices is not None and len(slices) == 20
+        assert len({p for s in slices for p in s}) == sum(len(s) for s in slices)
+
+
+def test_a_request_split_across_parts_is_sliced_by_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose parts split requests (rows shuffled across its parts): the slices are
+    whole requests by a hash of the id again, and the figures the same."""
+    run = write_run(tmp_path / "ev", 3_000, 10, workers=2, parts=20)
+    folder = sorted((run / "chunks").iterdir())[0]
+    parts = sorted(folder.glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(p) for p in parts])
+    order = np.random.default_rng(1).permutation(len(table))
+    shuffled = table.take(order)
+    size = -(-len(table) // len(parts))
+    for i, path in enumerate(parts):
+        pq.write_table(shuffled.slice(i * size, size), path)
+    chosen = _slicing(monkeypatch)
+    assert_same_reports(*both(str(run), tmp_path, slo="itl_p99=0.1"))
+    assert None in chosen and any(c is not None for c in chosen), chosen
+
+
 def test_request_rows_stay_on_disk_whatever_the_limit(tmp_path: Path) -> None:
     """The request rows stay on disk too (analysis/steps/outofcore.py): a limit far under
     their size earns no advice to raise it, and the report is the same."""
