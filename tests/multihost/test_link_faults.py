@@ -39,7 +39,18 @@ def test_the_store_out_of_reach_of_one_worker_for_a_minute_loses_no_row(cluster:
         "master", [str(BIN / "llmload"), "campaign", str(config), "--out", str(cluster.work / "reports")],
         log=cluster.work / "campaign.log", env=cluster.env, cwd=cluster.work,
     )  # fmt: skip
-    time.sleep(8)  # the run is under way: both workers have written parts
+    # the run is under way: both workers passed their start-up (the store's check among it)
+    # and are sending (a fixed 8 s was too short on a loaded box: worker-a's check of the
+    # store met the block, and the run stopped)
+    deadline = time.monotonic() + 90
+    while not all(
+        "llmload: prompt calibration" in (cluster.work / f"{name}.log").read_text(errors="replace")
+        for name in ("worker-a", "worker-b")
+    ):
+        assert time.monotonic() < deadline, "the workers did not start in 90 s\n" + logs(cluster)
+        assert campaign.poll() is None, logs(cluster)
+        time.sleep(0.5)
+    time.sleep(3)  # a few seconds of load: parts written and uploaded before the outage
     cluster.hosts.block("worker-a", STORE_IP)
     blocked_at = time.monotonic()
     time.sleep(OUTAGE_S)
