@@ -482,7 +482,8 @@ class TableChunkFacts(EngineChunkFacts):
         self.batches = batches
         self.filesystem = filesystem
         self._orphans = 0
-        self._whole: set[tuple[str, ...]] = set()  # batches whose requests lie in one part each
+        # the batches whose requests lie in one part each: each part's chunk rows, by path
+        self._whole: dict[tuple[str, ...], dict[str, int]] = {}
 
     def aggregate(self, paths: list[str]) -> None:
         """`llmload_chunkagg`: the per-request aggregate of one worker's chunk parts (a worker
@@ -502,17 +503,16 @@ class TableChunkFacts(EngineChunkFacts):
             "SELECT count(*) FILTER (WHERE part_lo IS NULL OR part_lo <> part_hi) AS n "
             "FROM llmload_chunkagg"
         ).to_pylist()[0]["n"]
-        if paths and not split:
-            self._whole.add(tuple(sorted(paths)))
+        if paths and not split:  # whole requests: a part's rows are its requests' chunks
+            rows = self.engine.sql(
+                "SELECT part_lo AS part, sum(n) AS n FROM llmload_chunkagg GROUP BY part_lo"
+            ).to_pylist()
+            self._whole[tuple(sorted(paths))] = {paths[r["part"]]: int(r["n"]) for r in rows}
 
     def _part_slices(self, paths: list[str], most: int) -> list[list[str]] | None:
-        if tuple(sorted(paths)) not in self._whole:
+        sizes = self._whole.get(tuple(sorted(paths)))
+        if sizes is None:
             return None
-        listed = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
-        sizes = {str(r["file_name"]): int(r["num_rows"]) for r in self.engine.sql(
-            f"SELECT file_name, sum(num_rows) AS num_rows FROM parquet_file_metadata({listed}) "
-            "GROUP BY file_name"
-        ).to_pylist()}  # fmt: skip
         slices: list[list[str]] = []
         rows = most
         for path in sorted(paths):

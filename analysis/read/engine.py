@@ -401,9 +401,7 @@ class Engine:
             )
             if part_column:
                 local = isinstance(filesystem, pafs.LocalFileSystem)
-                columns += (
-                    ", file_index AS llmload_part" if local else (", NULL::UBIGINT AS llmload_part")
-                )
+                columns += ", " + ("file_index" if local else "NULL::UBIGINT") + " AS llmload_part"
             selects.append(f"SELECT {columns} FROM {source}")
         if not selects:
             empty = f"llmload_{view or table}_empty"
