@@ -143,64 +143,78 @@ FROM llmload_chunks GROUP BY request_id
 """Per request id: its chunks' count, tokens, first and last offsets (matched to the request
 rows afterwards: an id with no row is orphan chunks)."""
 
-_SAMPLES_CTE: Final = """
-WITH w AS MATERIALIZED (
-    SELECT r.g, r.r, r.e, r.sent, r.end_s, c.seq, c.offset_ns, c.tokens,
-           lag(c.seq) OVER p AS prev_seq,
+_WINDOW_SQL: Final = """
+    SELECT r.g, c.offset_ns, c.tokens,
            lag(c.offset_ns) OVER p AS prev_off,
            max(CASE WHEN c.tokens > 0 THEN c.offset_ns END)
-               OVER (p ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_tok
-    FROM llmload_chunks c JOIN llmload_req r ON c.request_id = r.rid
+               OVER (p ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_tok{more}
+    FROM llmload_chunks c JOIN {requests} r ON c.request_id = r.rid
     WINDOW p AS (PARTITION BY r.r ORDER BY c.seq)
-), x AS (
-    SELECT g, 0 AS k, (offset_ns / 1e9 - prev_off / 1e9)::DOUBLE AS v, 1::BIGINT AS w
-    FROM w WHERE g >= 0 AND prev_off IS NOT NULL
-    UNION ALL
-    SELECT g, 1 AS k,
-           (CASE WHEN prev_tok IS NULL THEN 0.0
-                 ELSE (offset_ns / 1e9 - prev_tok / 1e9) / tokens END)::DOUBLE AS v,
-           (CASE WHEN prev_tok IS NULL THEN tokens - 1 ELSE tokens END)::BIGINT AS w
-    FROM w WHERE g >= 0 AND tokens > 0 AND (prev_tok IS NOT NULL OR tokens > 1)
-)
 """
+_SAMPLES_SQL: Final = """
+SELECT g, 0 AS k, (offset_ns / 1e9 - prev_off / 1e9)::DOUBLE AS v, 1::BIGINT AS w,
+       offset_ns - prev_off AS ns
+FROM w WHERE g >= 0 AND prev_off IS NOT NULL
+UNION ALL
+SELECT g, 1 AS k,
+       (CASE WHEN prev_tok IS NULL THEN 0.0
+             ELSE (offset_ns / 1e9 - prev_tok / 1e9) / tokens END)::DOUBLE AS v,
+       (CASE WHEN prev_tok IS NULL THEN tokens - 1 ELSE tokens END)::BIGINT AS w,
+       coalesce(offset_ns - prev_tok, 0) AS ns
+FROM w WHERE g >= 0 AND tokens > 0 AND (prev_tok IS NOT NULL OR tokens > 1)
+"""
+_SAMPLES_CTE: Final = (
+    "WITH w AS MATERIALIZED (" + _WINDOW_SQL.format(requests="llmload_req", more=""",
+           r.r, r.e, r.sent + c.offset_ns AS at_ns,
+           (c.offset_ns < 0)::INTEGER + 2 * (c.tokens < 0)::INTEGER
+           + 4 * coalesce(c.seq = lag(c.seq) OVER p, false)::INTEGER
+           + 8 * coalesce(c.offset_ns / 1e9 < lag(c.offset_ns) OVER p / 1e9, false)::INTEGER
+           + 16 * coalesce(c.offset_ns / 1e9 > r.end_s, false)::INTEGER AS bad""")
+    + "), x AS (" + _SAMPLES_SQL + ")\n"
+)
 """Every chunk's samples, from a window over its request's chunks in seq order: kinds 0 (ICL)
 and 1 (ITL), the samples of each group's successful requests and their weights. The token
 chunk before a chunk is the latest one before it (`max`: offsets never decrease within a
-request, or the check of kind 5 refuses the run)."""
+request, or the check of kind 5 refuses the run). `ns`: what a sample times its weight is, in
+integer ns (a chunk's gap; 0 for a first chunk's extra tokens), so that a group's mean is an
+exact sum whatever order the engine adds in. `bad` has a bit per check the chunk fails
+(_CHECKS, in order): the window's rows are materialized with what their readers use and no
+more, as their width is most of a pass's cost after the window's sort."""
 
 _HIST_SQL: Final = (
     "INSERT INTO llmload_hist " + _SAMPLES_CTE
-    + "SELECT g, k, floor(v / %(bin)s)::BIGINT AS b, sum(w), sum(v * w), max(v) FROM x "
-    "GROUP BY ALL "
+    + "SELECT g, k, floor(v / %(bin)s)::BIGINT AS b, sum(w), 0, 0.0 FROM x GROUP BY ALL "
+    "UNION ALL "  # each group's totals (kinds 8, 9: of 0, 1): weight, weighted sum, max
+    "SELECT g, k + 8, 0, sum(w), sum(ns), max(v) FROM x GROUP BY ALL "
     "UNION ALL "  # the tokens that arrived inside each window (kind 7, b: the window's index)
-    "SELECT -1, 7, n.i, sum(w.tokens), 0.0, 0.0 FROM w JOIN llmload_windows n "
-    "ON w.e = n.code AND w.sent + w.offset_ns BETWEEN n.start_ns AND n.end_ns GROUP BY n.i "
+    "SELECT -1, 7, n.i, sum(w.tokens), 0, 0.0 FROM w JOIN llmload_windows n "
+    "ON w.e = n.code AND w.at_ns BETWEEN n.start_ns AND n.end_ns GROUP BY n.i "
     "UNION ALL "  # the rows of requests whose chunks fail a check (kinds 2..6, b: the row)
-    "SELECT g, s.k, s.b, 1, 0.0, 0.0 FROM (SELECT g, unnest(list_filter(["
-    "{k: 2, b: r, f: offset_ns < 0}, {k: 3, b: r, f: tokens < 0}, "
-    "{k: 4, b: r, f: coalesce(seq = prev_seq, false)}, "
-    "{k: 5, b: r, f: coalesce(offset_ns / 1e9 < prev_off / 1e9, false)}, "
-    "{k: 6, b: r, f: coalesce(offset_ns / 1e9 > end_s, false)}], lambda x: x.f)) AS s "
-    "FROM w WHERE offset_ns < 0 OR tokens < 0 OR coalesce(seq = prev_seq, false) "
-    "OR coalesce(offset_ns / 1e9 < prev_off / 1e9, false) "
-    "OR coalesce(offset_ns / 1e9 > end_s, false))"
+    "SELECT g, s.k, s.b, 1, 0, 0.0 FROM (SELECT g, unnest(list_filter(["
+    "{k: 2, b: r, f: bad & 1 > 0}, {k: 3, b: r, f: bad & 2 > 0}, {k: 4, b: r, f: bad & 4 > 0}, "
+    "{k: 5, b: r, f: bad & 8 > 0}, {k: 6, b: r, f: bad & 16 > 0}], lambda x: x.f)) AS s "
+    "FROM w WHERE bad <> 0)"
 )  # fmt: skip
-"""First pass, one batch, one scan: each group's samples by 1 µs bin (weight, weighted sum,
-max), the tokens inside each window (`llmload_windows`), and the requests that fail a check.
-A bin may have a row per batch: every reader sums."""
+"""First pass, one batch, one scan: each group's samples by 1 µs bin (their weight), each
+group's totals (kinds 8 and 9: weight, weighted sum in ns, max), the tokens inside each window
+(`llmload_windows`), and the requests that fail a check. A bin may have a row per batch:
+every reader sums."""
 
 _VALUES_SQL: Final = (
-    "INSERT INTO llmload_values " + _SAMPLES_CTE
+    "INSERT INTO llmload_values WITH w AS MATERIALIZED ("
+    + _WINDOW_SQL.format(requests="(SELECT rid, r, g FROM llmload_req WHERE g >= 0)", more="")
+    + "), x AS (" + _SAMPLES_SQL + ")\n"
     + "SELECT x.g, x.k, floor(x.v / %(bin)s)::BIGINT AS b, x.v, sum(x.w) FROM x "
     "SEMI JOIN llmload_bins n ON x.g = n.g AND x.k = n.k AND floor(x.v / %(bin)s)::BIGINT = n.b "
     "GROUP BY ALL"
 )  # fmt: skip
-"""Second pass, one batch: the values (and weights) in the bins that hold a wanted rank."""
+"""Second pass, one batch: the values (and weights) in the bins that hold a wanted rank; the
+window over the chunks of the groups' requests only, with the columns the samples take."""
 
 
 _CREATE_TABLES: Final = (
     "CREATE OR REPLACE TEMP TABLE llmload_hist "
-    "(g INTEGER, k INTEGER, b BIGINT, w HUGEINT, vw DOUBLE, vmax DOUBLE)",
+    "(g INTEGER, k INTEGER, b BIGINT, w HUGEINT, vw HUGEINT, vmax DOUBLE)",
     "CREATE OR REPLACE TEMP TABLE llmload_values (g INTEGER, k INTEGER, b BIGINT, v DOUBLE, "
     "w HUGEINT)",
 )
@@ -405,12 +419,14 @@ class EngineChunkFacts:
     def _summaries(self, groups: int) -> dict[tuple[int, int], Latency]:
         """(group, kind) -> Latency; kind 0 ICL, 1 ITL: exact weighted nearest rank."""
         hist = self.engine.sql(
-            "SELECT g, k, b, sum(w)::DOUBLE AS w, sum(vw) AS vw, max(vmax) AS vmax "
+            "SELECT g, k, b, sum(w)::DOUBLE AS w "
             "FROM llmload_hist WHERE k < 2 GROUP BY ALL ORDER BY g, k, b"
         ).to_pandas()
-        totals = hist.groupby(["g", "k"], as_index=False, sort=True).agg(
-            total=("w", "sum"), vw=("vw", "sum"), vmax=("vmax", "max")
-        )
+        totals = self.engine.sql(
+            "SELECT g, k - 8 AS k, sum(w)::DOUBLE AS total, (sum(vw) / 1e9)::DOUBLE AS vw, "
+            "max(vmax) AS vmax "
+            "FROM llmload_hist WHERE k IN (8, 9) GROUP BY ALL ORDER BY g, k"
+        ).to_pandas()
         qs = np.concatenate([list(PERCENTILES.values()), CURVE_QUANTILES])
         wanted: list[tuple[int, int, int, float, float, int]] = []  # g, k, bin, base, target, q
         stats: dict[tuple[int, int], tuple[float, float, float]] = {}
