@@ -164,13 +164,19 @@ SELECT g, 1 AS k,
 FROM w WHERE g >= 0 AND tokens > 0 AND (prev_tok IS NOT NULL OR tokens > 1)
 """
 _SAMPLES_CTE: Final = (
-    "WITH w AS MATERIALIZED (" + _WINDOW_SQL.format(requests="llmload_req", more=""",
+    "WITH w AS MATERIALIZED ("
+    + _WINDOW_SQL.format(
+        requests="llmload_req",
+        more=""",
            r.r, r.e, r.sent + c.offset_ns AS at_ns,
            (c.offset_ns < 0)::INTEGER + 2 * (c.tokens < 0)::INTEGER
            + 4 * coalesce(c.seq = lag(c.seq) OVER p, false)::INTEGER
            + 8 * coalesce(c.offset_ns / 1e9 < lag(c.offset_ns) OVER p / 1e9, false)::INTEGER
-           + 16 * coalesce(c.offset_ns / 1e9 > r.end_s, false)::INTEGER AS bad""")
-    + "), x AS (" + _SAMPLES_SQL + ")\n"
+           + 16 * coalesce(c.offset_ns / 1e9 > r.end_s, false)::INTEGER AS bad""",
+    )
+    + "), x AS ("
+    + _SAMPLES_SQL
+    + ")\n"
 )
 """Every chunk's samples, from a window over its request's chunks in seq order: kinds 0 (ICL)
 and 1 (ITL), the samples of each group's successful requests and their weights. The token
