@@ -515,7 +515,7 @@ class TableChunkFacts(EngineChunkFacts):
         self.engine.register_parts("chunks", [(paths, self.filesystem)] if paths else [],
                                    view="llmload_workerchunks", part_column=True)  # fmt: skip
         self.engine.con.execute(
-            "CREATE OR REPLACE TABLE llmload_chunkagg AS "
+            "CREATE OR REPLACE TEMP TABLE llmload_chunkagg AS "
             + _AGGREGATE_SQL.replace("llmload_chunks", "llmload_workerchunks").replace(
                 "\nFROM ",
                 ",\n       min(llmload_part) AS part_lo, max(llmload_part) AS part_hi\nFROM ",
@@ -572,27 +572,33 @@ class TableChunkFacts(EngineChunkFacts):
         """Each group's chunk facts; `request_sql` selects the request rows as `llmload_req`
         wants them (rid, r, g: the latency group or -1, e: the eligibility code or -1, sent,
         end_s)."""
-        self.engine.con.execute(
-            f"CREATE OR REPLACE TABLE llmload_req_all AS {request_sql} ORDER BY worker_id"
-        )  # ordered by worker: a batch's query reads only its worker's row groups
+        self.engine.con.execute(f"CREATE OR REPLACE VIEW llmload_req_all AS {request_sql}")
         self.engine.con.execute(
             "CREATE OR REPLACE VIEW llmload_req AS SELECT * FROM llmload_req_all"
         )
         try:
             return self._group_facts(groups, windows, window_of)
         finally:
-            self.engine.con.execute("DROP TABLE IF EXISTS llmload_req_all")
+            self.engine.con.execute("DROP TABLE IF EXISTS llmload_req_w")
+            self.engine.con.execute("DROP VIEW IF EXISTS llmload_req_all")
 
     def _on_batch(self, paths: list[str]) -> None:
-        """A batch is one worker's parts (by_folder): its chunks join its requests only."""
+        """A batch is one worker's parts (by_folder): its chunks join its requests only, a
+        table of them made for the batch (the request table holds a worker's rows together,
+        so this reads only that worker's row groups)."""
         key = "/".join(paths[0].rsplit("/", 3)[-3:]) if paths else ""
         part = parse_part_key(key)
-        where = (
-            f" WHERE worker_id = '{part.worker_id.replace(chr(39), chr(39) * 2)}'" if part else ""
-        )
+        if part is None:
+            self.engine.con.execute(
+                "CREATE OR REPLACE VIEW llmload_req AS SELECT * FROM llmload_req_all"
+            )
+            return
+        worker = part.worker_id.replace(chr(39), chr(39) * 2)
         self.engine.con.execute(
-            f"CREATE OR REPLACE VIEW llmload_req AS SELECT * FROM llmload_req_all{where}"
+            "CREATE OR REPLACE TEMP TABLE llmload_req_w AS "
+            f"SELECT * FROM llmload_req_all WHERE worker_id = '{worker}'"
         )
+        self.engine.con.execute("CREATE OR REPLACE VIEW llmload_req AS SELECT * FROM llmload_req_w")
 
     def _ids_of(self, rows: list[int]) -> list[str]:
         listed = ", ".join(str(int(r)) for r in rows)
