@@ -15,11 +15,14 @@ The engine path (analysis/read/engine.py) reads each chunk part where it lies, o
 at a time (a chunk joins only its own worker's requests; a worker with more rows than the
 engine's memory holds is taken in slices of whole requests), in four scans: a hash
 aggregation per request (counts, tokens, first and last offsets); a window over each
-request's chunks in `seq` order that bins the ITL and ICL samples of each group in 1 µs bins
-(weight, weighted sum, max) and finds the requests that fail a timeline check; the same
-window again, keeping only the samples in the bins that hold a wanted rank (each percentile
-and curve point: exact nearest rank, only those bins' values sorted); and the tokens inside
-each group's window. Nothing as long as the chunk table is ever held or written: memory is
+request's chunks in `seq` order that bins the ITL and ICL samples of each group in 5 µs bins
+(weight, weighted sum, max), finds the requests that fail a timeline check and, from the
+second batch on, keeps the values in the bins near each named percentile of the first batch's
+histogram; the same window again, over the first batch (and over the others only for a bin
+that holds a wanted rank and that they did not keep), for the values in the bins that hold a
+wanted rank (each named percentile: exact nearest rank, only those bins' values sorted); and
+the tokens inside each group's window. The curves of the report's CDF plots are read from
+the histogram: each point the lower edge of the bin that holds its rank (within 5 µs). Nothing as long as the chunk table is ever held or written: memory is
 bounded by DuckDB's limit plus the request rows.
 """
 
@@ -46,7 +49,18 @@ CHUNK_COLUMNS: Final = ("itl_mean_s", "icl_mean_s", "chunk_count", "chunk_tokens
 """The per-request metrics that come from the chunks (analysis/derive/metrics.py)."""
 
 _RANK_TOLERANCE: Final = 1e-9  # as analysis/derive/stats.py
-_BIN_S: Final = 1e-6  # histogram bins that locate a percentile's rank (1 µs)
+_BIN_S: Final = 5e-6
+"""The histogram bins that locate a percentile's rank (5 µs). Any width gives the same exact
+figures (the second pass sorts a wanted bin's values); narrower bins make the first pass's
+hash aggregation larger (1 µs: a million rows a worker at 10M requests, 6 s more a report),
+wider ones the second pass's values (100 µs: 2x its time)."""
+_BAND: Final = 0.001
+_BAND_SIGMAS: Final = 6.0
+"""The candidate bins (EngineChunkFacts._candidates) of a named percentile q: those whose share
+of the first batch's weight n lies within max(_BAND, _BAND_SIGMAS * sqrt(q (1 - q) / n)) of q
+(six standard errors of a quantile estimated from n samples; the batches are not a random
+split of the run, so the band is wide)."""
+_MOST_CANDIDATES: Final = 2_000_000
 WINDOW_ROW_BYTES: Final = 128
 """Engine memory per chunk row one window over requests' chunks may take: a worker's parts
 with more rows than the engine's memory over this are taken in slices."""
@@ -189,40 +203,47 @@ more, as their width is most of a pass's cost after the window's sort."""
 
 _HIST_SQL: Final = (
     "INSERT INTO llmload_hist " + _SAMPLES_CTE
-    + "SELECT g, k, floor(v / %(bin)s)::BIGINT AS b, sum(w), 0, 0.0 FROM x GROUP BY ALL "
-    "UNION ALL "  # each group's totals (kinds 8, 9: of 0, 1): weight, weighted sum, max
-    "SELECT g, k + 8, 0, sum(w), sum(ns), max(v) FROM x GROUP BY ALL "
+    + "SELECT x.g, x.k, floor(x.v / %(bin)s)::BIGINT AS b, sum(x.w), sum(x.ns), max(x.v), "
+    "CASE WHEN n.b IS NOT NULL THEN x.v END FROM x LEFT JOIN llmload_cand n "
+    "ON x.g = n.g AND x.k = n.k AND floor(x.v / %(bin)s)::BIGINT = n.b GROUP BY ALL "
     "UNION ALL "  # the tokens that arrived inside each window (kind 7, b: the window's index)
-    "SELECT -1, 7, n.i, sum(w.tokens), 0, 0.0 FROM w JOIN llmload_windows n "
+    "SELECT -1, 7, n.i, sum(w.tokens), 0, 0.0, NULL FROM w JOIN llmload_windows n "
     "ON w.e = n.code AND w.at_ns BETWEEN n.start_ns AND n.end_ns GROUP BY n.i "
     "UNION ALL "  # the rows of requests whose chunks fail a check (kinds 2..6, b: the row)
-    "SELECT g, s.k, s.b, 1, 0, 0.0 FROM (SELECT g, unnest(list_filter(["
+    "SELECT g, s.k, s.b, 1, 0, 0.0, NULL FROM (SELECT g, unnest(list_filter(["
     "{k: 2, b: r, f: bad & 1 > 0}, {k: 3, b: r, f: bad & 2 > 0}, {k: 4, b: r, f: bad & 4 > 0}, "
     "{k: 5, b: r, f: bad & 8 > 0}, {k: 6, b: r, f: bad & 16 > 0}], lambda x: x.f)) AS s "
     "FROM w WHERE bad <> 0)"
 )  # fmt: skip
-"""First pass, one batch, one scan: each group's samples by 1 µs bin (their weight), each
-group's totals (kinds 8 and 9: weight, weighted sum in ns, max), the tokens inside each window
-(`llmload_windows`), and the requests that fail a check. A bin may have a row per batch:
-every reader sums."""
+"""First pass, one batch, one scan: each group's samples (kinds 0, 1) by 5 µs bin: their
+weight, weighted sum in integer ns and max; in the candidate bins (`llmload_cand`) by value
+too (`val`); the tokens inside each window (kind 7, `llmload_windows`); and the requests that
+fail a check (kinds 2..6). The candidate bins are none for the first batch, then those near
+each named percentile of the first batch's histogram. The samples have one reader, the
+histogram's aggregation (each group's totals are its bins' sums): with more, the engine keeps
+them materialized, and spills. A bin may have a row per batch and per value: every reader
+sums."""
 
 _VALUES_SQL: Final = (
     "INSERT INTO llmload_values WITH w AS MATERIALIZED ("
     + _WINDOW_SQL.format(requests="(SELECT rid, r, g FROM llmload_req WHERE g >= 0)", more="")
     + "), x AS (" + _SAMPLES_SQL + ")\n"
     + "SELECT x.g, x.k, floor(x.v / %(bin)s)::BIGINT AS b, x.v, sum(x.w) FROM x "
-    "SEMI JOIN llmload_bins n ON x.g = n.g AND x.k = n.k AND floor(x.v / %(bin)s)::BIGINT = n.b "
+    "SEMI JOIN %(bins)s n ON x.g = n.g AND x.k = n.k AND floor(x.v / %(bin)s)::BIGINT = n.b "
     "GROUP BY ALL"
 )  # fmt: skip
-"""Second pass, one batch: the values (and weights) in the bins that hold a wanted rank; the
-window over the chunks of the groups' requests only, with the columns the samples take."""
+"""Second pass, one batch: the values (and weights) in the bins of the table `bins` names (those
+that hold a wanted rank: every one for the first batch, for the others those their first pass
+did not keep); the window over the chunks of the groups' requests only, with the columns the
+samples take."""
 
 
 _CREATE_TABLES: Final = (
     "CREATE OR REPLACE TEMP TABLE llmload_hist "
-    "(g INTEGER, k INTEGER, b BIGINT, w HUGEINT, vw HUGEINT, vmax DOUBLE)",
+    "(g INTEGER, k INTEGER, b BIGINT, w HUGEINT, vw HUGEINT, vmax DOUBLE, val DOUBLE)",
     "CREATE OR REPLACE TEMP TABLE llmload_values (g INTEGER, k INTEGER, b BIGINT, v DOUBLE, "
     "w HUGEINT)",
+    "CREATE OR REPLACE TEMP TABLE llmload_cand (g INTEGER, k INTEGER, b BIGINT)",
 )
 
 
@@ -402,13 +423,21 @@ class EngineChunkFacts:
         for i, w in enumerate(window_of):
             tokens = float("nan") if w is None else float(sums[w])
             out.append(GroupChunks(summaries[(i, 1)], summaries[(i, 0)], tokens))
-        for table in ("llmload_hist", "llmload_values"):
+        for table in (
+            "llmload_hist",
+            "llmload_values",
+            "llmload_cand",
+            "llmload_bins",
+            "llmload_bins_left",
+        ):
             self.engine.con.execute(f"DROP TABLE IF EXISTS {table}")
         return out
 
     def _histogram_and_checks(self) -> None:
-        for _ in self._each_batch(sliced=True):
+        for i, _ in enumerate(self._each_batch(sliced=True)):
             self.engine.con.execute(_HIST_SQL % {"bin": _BIN_S})
+            if i == 0:
+                self._candidates()
         bad = self.engine.sql(
             "SELECT k, list(DISTINCT b ORDER BY b) AS rows FROM llmload_hist "
             "WHERE k BETWEEN 2 AND 6 GROUP BY k"
@@ -417,6 +446,46 @@ class EngineChunkFacts:
         for k, reason in enumerate(_CHECKS, start=2):
             if k in found:
                 raise InvalidTimelineError(reason, self._ids_of(found[k]))
+
+    def _candidates(self) -> None:
+        """`llmload_cand`, from the first batch's histogram: each group's bins near a named
+        percentile (_BAND_SIGMAS), and every bin between (to its largest, near the top). The
+        later batches keep those bins' values in their first pass, so that a second pass reads
+        only the first batch, and the others only for a wanted bin that none of them kept (their
+        samples fell elsewhere). None past _MOST_CANDIDATES bins: the second pass reads all."""
+        hist = self.engine.sql(
+            "SELECT g, k, b, sum(w)::DOUBLE AS w "
+            "FROM llmload_hist WHERE k < 2 GROUP BY ALL ORDER BY g, k, b"
+        ).to_pandas()
+        named = np.array(list(PERCENTILES.values()), dtype=np.float64)
+        cand: dict[str, list[np.ndarray]] = {"g": [], "k": [], "b": []}
+        size = 0
+        for (g, k), h in hist.groupby(["g", "k"], sort=False):
+            w = h["w"].to_numpy(np.float64)
+            total = float(w.sum())
+            if total <= 0:
+                continue
+            bins = h["b"].to_numpy(np.int64)
+            above = np.cumsum(w) / total  # the share at or below each bin's top
+            below = above - w / total
+            spans = []
+            for q in named:
+                band = max(_BAND, _BAND_SIGMAS * float(np.sqrt(q * (1 - q) / total)))
+                near = np.flatnonzero((above >= q - band) & (below <= q + band))
+                spans.append(np.arange(bins[near[0]], bins[near[-1]] + 1, dtype=np.int64))
+                size += len(spans[-1])
+                if size > _MOST_CANDIDATES:
+                    return
+            kept = np.unique(np.concatenate(spans))
+            cand["g"].append(np.full(len(kept), int(g), np.int32))
+            cand["k"].append(np.full(len(kept), int(k), np.int32))
+            cand["b"].append(kept)
+        if cand["b"]:
+            self.engine.con.register("llmload_cand_arrow", pa.table(
+                {c: pa.array(np.concatenate(v)) for c, v in cand.items()}
+            ))  # fmt: skip
+            self.engine.con.execute("INSERT INTO llmload_cand SELECT * FROM llmload_cand_arrow")
+            self.engine.con.unregister("llmload_cand_arrow")
 
     def _ids_of(self, rows: list[int]) -> list[str]:
         """The request ids of request rows `rows` (`llmload_req.r`)."""
@@ -429,13 +498,15 @@ class EngineChunkFacts:
             "FROM llmload_hist WHERE k < 2 GROUP BY ALL ORDER BY g, k, b"
         ).to_pandas()
         totals = self.engine.sql(
-            "SELECT g, k - 8 AS k, sum(w)::DOUBLE AS total, (sum(vw) / 1e9)::DOUBLE AS vw, "
+            "SELECT g, k, sum(w)::DOUBLE AS total, (sum(vw) / 1e9)::DOUBLE AS vw, "
             "max(vmax) AS vmax "
-            "FROM llmload_hist WHERE k IN (8, 9) GROUP BY ALL ORDER BY g, k"
+            "FROM llmload_hist WHERE k < 2 GROUP BY ALL ORDER BY g, k"
         ).to_pandas()
         qs = np.concatenate([list(PERCENTILES.values()), CURVE_QUANTILES])
+        named = len(PERCENTILES)
         wanted: list[tuple[int, int, int, float, float, int]] = []  # g, k, bin, base, target, q
         stats: dict[tuple[int, int], tuple[float, float, float]] = {}
+        picked: dict[tuple[int, int], np.ndarray] = {}
         for row in totals.itertuples(index=False):
             key = (int(row.g), int(row.k))
             total = float(row.total)
@@ -445,33 +516,47 @@ class EngineChunkFacts:
             bins = h["b"].to_numpy(np.int64)
             targets = qs * total - _RANK_TOLERANCE * total
             at = np.clip(np.searchsorted(cum, targets, side="left"), 0, len(cum) - 1)
-            for qi, (target, j) in enumerate(zip(targets, at, strict=True)):
+            # the curve (plots only): each rank's bin, at its lower edge
+            picked[key] = bins[at].astype(np.float64) * _BIN_S
+            for qi, (target, j) in enumerate(zip(targets[:named], at[:named], strict=True)):
                 base = float(cum[j - 1]) if j > 0 else 0.0
                 wanted.append((key[0], key[1], int(bins[j]), base, float(target), qi))
         values: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.second_pass_batches = 0  # how many batches the second pass read (the tests')
         if wanted:
             need = pa.table({"g": [w[0] for w in wanted], "k": [w[1] for w in wanted],
                              "b": [w[2] for w in wanted]})  # fmt: skip
             self.engine.con.register("llmload_bins_wanted", need)
             self.engine.con.execute("CREATE OR REPLACE TEMP TABLE llmload_bins AS "
                                     "SELECT DISTINCT g, k, b FROM llmload_bins_wanted")  # fmt: skip
-            for _ in self._each_batch(sliced=True):  # the second pass: those bins' values
-                self.engine.con.execute(_VALUES_SQL % {"bin": _BIN_S})
+            self.engine.con.execute("CREATE OR REPLACE TEMP TABLE llmload_bins_left AS "
+                                    "SELECT * FROM llmload_bins "
+                                    "EXCEPT SELECT * FROM llmload_cand")  # fmt: skip
+            left = self.engine.sql("SELECT count(*) AS n FROM llmload_bins_left").to_pylist()
+            # the second pass: the first batch's values in every wanted bin, the others' only
+            # in the wanted bins their first pass did not keep
+            for i, _ in enumerate(self._each_batch(sliced=True)):
+                if i > 0 and not left[0]["n"]:
+                    break
+                table = "llmload_bins" if i == 0 else "llmload_bins_left"
+                self.engine.con.execute(_VALUES_SQL % {"bin": _BIN_S, "bins": table})
+                self.second_pass_batches = i + 1
             found = self.engine.sql(
-                "SELECT g, k, b, v, sum(w)::DOUBLE AS w FROM llmload_values "
-                "GROUP BY ALL ORDER BY g, k, b, v"
+                "SELECT g, k, b, v, sum(w)::DOUBLE AS w FROM ("
+                "SELECT g, k, b, v, w FROM llmload_values UNION ALL "
+                "SELECT h.g, h.k, h.b, h.val, h.w FROM llmload_hist h SEMI JOIN llmload_bins n "
+                "ON h.g = n.g AND h.k = n.k AND h.b = n.b WHERE h.k < 2 AND h.val IS NOT NULL"
+                ") GROUP BY ALL ORDER BY g, k, b, v"
             ).to_pandas()
             for key, part in found.groupby(["g", "k", "b"], sort=False):
                 g, k, b = (int(x) for x in key)
                 values[(g, k, b)] = (part["v"].to_numpy(np.float64),
                                      np.cumsum(part["w"].to_numpy(np.float64)))  # fmt: skip
-        picked: dict[tuple[int, int], np.ndarray] = {}
         for g, k, b, base, target, qi in wanted:
             v, cum = values[(g, k, b)]
             j = min(int(np.searchsorted(base + cum, target, side="left")), len(v) - 1)
-            picked.setdefault((g, k), np.full(len(qs), np.nan))[qi] = v[j]
+            picked[(g, k)][qi] = v[j]
         out: dict[tuple[int, int], Latency] = {}
-        named = len(PERCENTILES)
         for g in range(groups):
             for k in (0, 1):
                 if (g, k) not in stats:

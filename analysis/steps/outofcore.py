@@ -1390,7 +1390,10 @@ def bootstrap_steps(
         engine.register_parts("chunks", [(paths, run.chunk_filesystem)], view="llmload_chunks")
         parts.append(engine.sql(_ITL_OF_SAMPLE_SQL))
     engine.con.execute("DROP TABLE IF EXISTS llmload_bs")
-    itl = pa.concat_tables(parts) if parts else None
+    # in one order whatever order the engine's threads gave: the resampled means are float
+    # sums, the same on every compare of the same runs
+    order = [(c, "ascending") for c in ("gid", "o", "v", "w", "first")]
+    itl = pa.concat_tables(parts).sort_by(order) if parts else None
     step_of = sample.column("gid").to_numpy().astype(np.int64)
     itl_gid = itl.column("gid").to_numpy().astype(np.int64) if itl is not None else None
     out: dict[int, DiskStep] = {}

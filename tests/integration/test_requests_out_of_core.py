@@ -179,6 +179,11 @@ def test_compare_of_steps_larger_than_the_sample(
     monkeypatch.setattr(analysis.steps.outofcore, "BOOTSTRAP_SAMPLE", 300)
     first, again = (compare_runs(str(a), str(b), resamples=200) for _ in range(2))
     assert _decisions(first) == _decisions(again)
+    # to the last bit: the sample's ITL samples are resampled in one order, whatever order the
+    # engine's threads gave them in
+    assert [(c.a, c.b, c.ci_low, c.ci_high) for c in first.changes] == [
+        (c.a, c.b, c.ci_low, c.ci_high) for c in again.changes
+    ]
     assert [(c.a, c.b) for c in first.changes] == [(c.a, c.b) for c in full.changes]  # exact
     assert _decisions(first) != _decisions(full)  # drawn from fewer requests
     run = load_run(str(a), chunks=False, requests=False)
