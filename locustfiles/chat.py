@@ -19,7 +19,7 @@ import gevent
 from locust import User, constant, events, task
 from locust.runners import STATE_RUNNING, STATE_SPAWNING, LocalRunner, MasterRunner, WorkerRunner
 
-from analysis.kernel.errors import LlmloadError
+from analysis.kernel.errors import LlmloadError, UsageError
 from locustfiles.live import wiring as live_wiring
 from locustfiles.live.board import Board
 from locustfiles.master.preflight import form_namespace, preflight, run_id_taken
@@ -27,7 +27,9 @@ from locustfiles.master.shape import StepShape
 from locustfiles.master.side import MasterSide
 from locustfiles.master.signals import SignalStop
 from locustfiles.options import options as chat_options
+from locustfiles.request.adapters import BUILTIN_ADAPTERS, Delta, StreamAdapter
 from locustfiles.request.client import new_pool
+from locustfiles.request.stream import StreamFailure
 from locustfiles.run.protocol import (
     MSG_CLOCK,
     MSG_CLOCK_OFFSET,
@@ -42,13 +44,28 @@ from locustfiles.run.protocol import (
     MSG_WORKER_FAILED,
 )
 from locustfiles.run.secrets import redact_logs, run_secrets
+from locustfiles.run.service import Ask, Http, HttpRequest, Service
 from locustfiles.worker.context import failure_for
 from locustfiles.worker.masterwatch import MasterWatch
 from locustfiles.worker.side import WorkerSide
 
 log = logging.getLogger("llmload")
 
-__all__ = ["ChatUser", "Llmload", "StepShape", "setup"]
+__all__ = [
+    # the extension interface (docs/extending.md)
+    "Ask",
+    "Delta",
+    "Http",
+    "HttpRequest",
+    "LlmUser",
+    "StreamAdapter",
+    "StreamFailure",
+    # the built-in user and the wiring
+    "ChatUser",
+    "Llmload",
+    "StepShape",
+    "setup",
+]
 
 
 @dataclass
@@ -61,15 +78,23 @@ class Llmload:
     worker: WorkerSide  # workers and the local runner; idle on a master with workers
 
 
-class ChatUser(User):
-    """One closed-loop client: sends a request, reads it to the end, sends the next (with
-    `--turns`/`--tool-rate`: runs one session at a time, turn after turn, sessions.py).
+class LlmUser(Service, User):
+    """llmload's user: one closed-loop client that sends a request, reads it to the end and
+    sends the next (with `--turns`/`--tool-rate`: one session at a time, turn after turn).
+
+    Subclass it in your own locustfile to load-test any LLM service (docs/extending.md):
+    override `build_request` (what to send), `stream_adapter` (how to read the answer) and
+    `login` (a per-user start-up step), and set `endpoint` (the requests' name). Everything
+    else (the rows, the live tab, the report, open loop, sessions, verdicts) works unchanged.
+    Import this class alone into your locustfile (Locust runs every user class it finds
+    there: `from locustfiles.chat import LlmUser`, not `import *`).
 
     Each user keeps one keep-alive connection pool (connections are reused); requests do not
     go through Locust's HttpSession, whose own request event would time only the headers:
     the user fires one event per request with the end-to-end time instead.
     """
 
+    abstract = True
     wait_time = constant(0)
 
     def on_start(self) -> None:
@@ -77,6 +102,24 @@ class ChatUser(User):
 
     def on_stop(self) -> None:
         self.pool.clear()
+
+    # -- the hooks' defaults: the built-in --endpoint ------------------------------------
+    def build_request(self, ask: Ask) -> HttpRequest:
+        ctx = self.environment.llmload.worker.context
+        target = ctx.target
+        body = target.body(ask.prompt, ask.messages, ask.max_tokens, ask.stream,
+                           model=ask.model, tools=ask.tools)  # fmt: skip
+        return HttpRequest(ctx.options.path, body)
+
+    def stream_adapter(self) -> StreamAdapter | None:
+        ctx = self.environment.llmload.worker.context
+        adapter = BUILTIN_ADAPTERS.get(ctx.options.endpoint)
+        return None if adapter is None else adapter()
+
+    def endpoint_name(self) -> str | None:
+        if type(self).endpoint:
+            return type(self).endpoint
+        return None if not own_request(type(self)) else type(self).__name__.lower()
 
     @task
     def chat(self) -> None:
@@ -90,15 +133,16 @@ class ChatUser(User):
         ctx.ensure_ready(self.pool)  # the probes, once: not in flight, no pause waits for them
         if ctx.step.paused or ctx.halted is not None:  # the last step ended meanwhile
             return
+        service = self if own_hooks(type(self)) else None  # None: the built-in fast path
         ctx.busy += 1  # in flight: a pause (the end of the last step) waits for it
         try:
             if ctx.options.sessions:  # one conversation (or agent session), turn after turn
                 records = ctx.run_session(
-                    self.pool, None, lambda r: fire_request(self.environment, r)
+                    self.pool, None, lambda r: fire_request(self.environment, r), service
                 )
                 record = records[-1] if records else None
             else:
-                record = ctx.run_one(self.pool)
+                record = ctx.run_one(self.pool, service=service)
                 if record is not None:
                     fire_request(self.environment, record)
         finally:
@@ -107,6 +151,43 @@ class ChatUser(User):
             return
         if record.error_kind == "connect":
             gevent.sleep(0.5)  # a dead server must not make this loop spin
+
+
+class ChatUser(LlmUser):
+    """The built-in user: OpenAI chat, completions, Responses or Messages (--endpoint)."""
+
+
+_HOOKS = ("login", "build_request", "stream_adapter")
+
+
+def own_hooks(cls: type) -> bool:
+    """Whether a user class overrides any hook or names its endpoint: its requests go by
+    its hooks (else the built-in endpoint's fast path)."""
+    return bool(getattr(cls, "endpoint", None)) or any(
+        getattr(cls, h) is not getattr(LlmUser, h) for h in _HOOKS
+    )
+
+
+def own_request(cls: type) -> bool:
+    """Whether a user class says itself what to send or how to read it: then it speaks to a
+    service of its own, which the OpenAI probes and preflight checks do not ask."""
+    return any(getattr(cls, h) is not getattr(LlmUser, h) for h in _HOOKS[1:])
+
+
+def service_classes(environment: Any) -> list[type[LlmUser]]:
+    """The locustfile's user classes with hooks of their own."""
+    return [c for c in environment.user_classes or []
+            if isinstance(c, type) and issubclass(c, LlmUser) and own_hooks(c)]  # fmt: skip
+
+
+def _services(environment: Any) -> Any:
+    """The open loop's users (one per keep-alive pool): the first class with hooks of its
+    own, or None (the built-in endpoint)."""
+    classes = service_classes(environment)
+    if not classes:
+        return None
+    cls = classes[0]
+    return lambda: cls(environment)
 
 
 def fire_request(environment: Any, record: Any) -> None:
@@ -134,11 +215,19 @@ def setup(environment: Any) -> Llmload:
     runner = environment.runner
     board = Board()
     live = live_wiring.setup(environment, board)  # board.stats on the master, /llmload/metrics
-    worker = WorkerSide(environment, live.recorder, lambda r: fire_request(environment, r))
+    worker = WorkerSide(environment, live.recorder, lambda r: fire_request(environment, r),
+                        services=_services(environment))  # fmt: skip
     master = MasterSide(environment, board, worker.in_flight) if _is_master(runner) else None
     if master is not None:
         worker.local_probes = master.local_ready  # one process: the worker's probes, directly
     environment.llmload = Llmload(board, master, worker)
+    if environment.shape_class is None and environment.parsed_options is not None:
+        # a user's own locustfile (docs/extending.md) imports LlmUser, not the shape: the
+        # staircase is llmload's all the same (Locust gives a shape its runner when it makes
+        # the runner, which is before this init event)
+        shape = StepShape()
+        shape.runner = runner
+        environment.shape_class = shape
     if isinstance(environment.shape_class, StepShape):
         environment.shape_class.master = master
     if master is not None and environment.parsed_options is not None:
@@ -200,7 +289,8 @@ def _preflight_at_start(environment: Any, master: MasterSide) -> None:
         if getattr(parsed, "headless", False) or getattr(parsed, "autostart", False):
             run_id = master.choose_run_id(options.run_id, run_id_taken(options))
             probes = preflight(options, environment.host or "", run_id,
-                               sends_requests=not isinstance(runner, MasterRunner))  # fmt: skip
+                               sends_requests=not isinstance(runner, MasterRunner),
+                               service=_preflight_service(environment, options))  # fmt: skip
             master.prepared(run_id, probes)
         elif not environment.host:
             raise LlmloadError(
@@ -211,6 +301,19 @@ def _preflight_at_start(environment: Any, master: MasterSide) -> None:
         sys.exit(2)
     if getattr(environment, "web_ui", None) is not None:
         _check_web_ui_starts(environment, master)
+
+
+def _preflight_service(environment: Any, options: Any) -> Service | None:
+    """The user whose hooks the preflight's first request goes by: one of the first class
+    that says itself what to send (None: the built-in endpoint's checks). An open loop
+    sends with one class: a locustfile with several is refused (UsageError)."""
+    classes = service_classes(environment)
+    if options.mode == "rate" and len({c for c in classes}) > 1:
+        names = ", ".join(c.__name__ for c in classes)
+        raise UsageError(f"--rates sends every arrival by one user class; this locustfile has "
+                         f"{names}: keep one (or run each in its own run)")  # fmt: skip
+    own = [c for c in classes if own_request(c)]
+    return own[0](environment) if own else None
 
 
 def _add_live_views(environment: Any, board: Board) -> None:
@@ -246,7 +349,8 @@ def _check_web_ui_starts(environment: Any, master: MasterSide) -> None:
             redact_logs(run_secrets(options.api_key_env))
             run_id = master.choose_run_id(options.run_id, run_id_taken(options))
             probes = preflight(options, host, run_id,
-                               sends_requests=not isinstance(environment.runner, MasterRunner))  # fmt: skip
+                               sends_requests=not isinstance(environment.runner, MasterRunner),
+                               service=_preflight_service(environment, options))  # fmt: skip
         except LlmloadError as exc:
             log.error("llmload: error: %s", exc)
             return jsonify({"success": False, "message": f"llmload: {exc}", "host": host})

@@ -25,6 +25,8 @@ from infra.version import llmload_version
 _GENERATION_ROUTES: dict[str, Kind] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completion",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
 }
 _GET_ROUTES = ("/health", "/version", "/v1/models", "/metrics")
 _FLUSH_ROUTES = ("/reset_prefix_cache", "/flush_cache")  # vLLM's (dev mode) and SGLang's

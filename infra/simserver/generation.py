@@ -9,11 +9,12 @@ import random
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from infra.simserver.apis import MessagesEncoder, ResponsesEncoder
 from infra.simserver.engine import Engine, SeqState, Sequence
 from infra.simserver.faults import FaultPlan
 from infra.simserver.http import CHUNKED_END, HttpConnection, Request, frame_chunk
 from infra.simserver.schema import GenerationParams
-from infra.simserver.sse import DONE, MALFORMED, ChunkEncoder, ToolCall
+from infra.simserver.sse import MALFORMED, ChunkEncoder, ToolCall
 from infra.simserver.tracing import RequestRecord
 
 if TYPE_CHECKING:
@@ -39,6 +40,13 @@ class Server(Protocol):
     def reject_queue_full(
         self, conn: HttpConnection, request: Request, request_id: str
     ) -> None: ...
+
+
+Encoder = ChunkEncoder | ResponsesEncoder | MessagesEncoder
+"""A stream's encoder: opening(), deltas(text, tokens), closing(...), set_cached(n)."""
+
+_ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-", "responses": "resp_",
+              "messages": "msg_"}  # fmt: skip
 
 
 class _Ended:
@@ -70,8 +78,7 @@ class Generation:
         self.request_id = request_id
         self.plan = plan
         self.tool_call = tool_call  # the answer is this tool call (arguments: the output)
-        prefix = "chatcmpl-" if params.kind == "chat" else "cmpl-"
-        self.response_id = prefix + request_id
+        self.response_id = _ID_PREFIX[params.kind] + request_id
         self.created = int(time.time())
         self.text_pos = app.rng.randrange(app.text.period)
         self.text_start = self.text_pos
@@ -92,7 +99,7 @@ class Generation:
         self.pending = 0
         self.per_event = app.config.tokens_per_event
         self.k = self.per_event.sample(app.rng)
-        self.encoder: ChunkEncoder | None = None
+        self.encoder: Encoder | None = None
         self.events: list[list[int]] | None = [] if app.truth is not None else None
         self.headers_offset_ns: int | None = None
         self.status = 200
@@ -133,21 +140,21 @@ class Generation:
             return
         if not self.params.stream:
             return
-        self.encoder = ChunkEncoder(
-            self.params.kind,
-            self.response_id,
-            self.created,
-            self.model,
-            self.params.prompt_tokens,
-            self.params.continuous_usage,
-            self.tool_call,
-        )
+        self.encoder = self._encoder()
         head = self.conn.start_stream(200, "text/event-stream", self._headers())
-        events = []
-        role = self.encoder.role()
-        if role is not None:
-            events.append(role)
+        events = self.encoder.opening()
         self._write(head, events, [0] * len(events), headers=True)
+
+    def _encoder(self) -> Encoder:
+        params = self.params
+        if params.kind == "responses":
+            return ResponsesEncoder(self.response_id, self.model, params.prompt_tokens,
+                                    self.tool_call)  # fmt: skip
+        if params.kind == "messages":
+            return MessagesEncoder(self.response_id, self.model, params.prompt_tokens,
+                                   self.tool_call)  # fmt: skip
+        return ChunkEncoder(params.kind, self.response_id, self.created, self.model,
+                            params.prompt_tokens, params.continuous_usage, self.tool_call)  # fmt: skip
 
     def _headers(self) -> list[tuple[str, str]]:
         return [("X-Request-Id", self.request_id), ("Cache-Control", "no-cache")]
@@ -192,8 +199,9 @@ class Generation:
             self._usage_cached = True
         text = self.app.text.text(self.text_pos, self.pending)
         self.text_pos += self.pending
-        events = [encoder.content(text, generated)]
-        tokens = [self.pending]
+        events = encoder.deltas(text, generated)
+        tokens = [0] * (len(events) - 1)
+        tokens.append(self.pending)
         self.pending = 0
         if self.per_event.low != self.per_event.high:
             self.k = self.per_event.sample(self.app.rng)
@@ -201,13 +209,15 @@ class Generation:
             events.append(MALFORMED)
             tokens.append(0)
         if done:
-            events.append(encoder.finish(self._finish_reason(seq), generated))
-            tokens.append(0)
-            if self.params.include_usage:
-                events.append(encoder.usage(generated))
-                tokens.append(0)
-            events.append(DONE)
-            tokens.append(0)
+            whole = (
+                self.app.text.text(self.text_start, generated).decode()
+                if self.params.kind == "responses"
+                else ""
+            )  # the Responses API repeats the whole text at its end
+            end = encoder.closing(self._finish_reason(seq), generated, self.params.include_usage,
+                                  whole)  # fmt: skip
+            events += end
+            tokens += [0] * len(end)
             self._write(b"", events, tokens, end=True, now_ns=now_ns)
             self.conn.finish()
             self._log("finished")
@@ -250,6 +260,12 @@ class Generation:
         params = self.params
         text = self.app.text.text(self.text_pos, seq.generated).decode()
         reason = self._finish_reason(seq)
+        if params.kind in ("responses", "messages"):
+            encoder = self._encoder()
+            assert not isinstance(encoder, ChunkEncoder)
+            encoder.set_cached(seq.cached_tokens or 0)
+            self._respond_whole(encoder.whole(reason, seq.generated, text), seq)
+            return
         choice: dict[str, Any] = {"index": 0}
         call = self.tool_call
         if call is not None:
@@ -281,6 +297,9 @@ class Generation:
                 "prompt_tokens_details": {"cached_tokens": seq.cached_tokens or 0},
             },
         }
+        self._respond_whole(body, seq)
+
+    def _respond_whole(self, body: dict[str, Any], seq: Sequence) -> None:
         raw = json.dumps(body).encode()
         if self.plan.malformed_at:
             raw = raw[: len(raw) // 2]

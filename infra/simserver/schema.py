@@ -6,7 +6,10 @@ never silently ignored: `n` other than 1, `stream_options` without `stream`, len
 
 A prompt's tokens (docs/simserver.md): the whitespace words of every message's content in
 order, plus, for an assistant message with `tool_calls`, the words of each call's
-`function.arguments`; for /v1/completions the prompt's words or its token ids.
+`function.arguments`; for /v1/completions the prompt's words or its token ids. The Responses
+API (/v1/responses) and Anthropic-style Messages (/v1/messages) count the same words in
+their own shapes: instructions or the system prompt, then every input item or message
+(text parts, a function call's arguments, a tool's output or result).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Literal
 
 from infra.simserver.tokens import tokenize
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "responses", "messages"]
 
 
 class RequestRejected(Exception):
@@ -218,17 +221,21 @@ def parse_generation(
     n = _opt_int(body, "n", 1)
     if n is not None and n != 1:
         raise _bad("only `n` = 1 is supported by the simulator", "n")
-    prompt = chat_prompt(body) if kind == "chat" else completion_prompt(body)
+    if kind in ("responses", "messages"):
+        prompt, (tool_name, tool_forced), max_tokens = _api_request(kind, body)
+    else:
+        prompt = chat_prompt(body) if kind == "chat" else completion_prompt(body)
+        tool_name, tool_forced = tool_call_choice(body) if kind == "chat" else (None, False)
+        max_tokens = _opt_int(body, "max_completion_tokens", 1)
+        if max_tokens is None:
+            max_tokens = _opt_int(body, "max_tokens", 1)
     prompt_tokens = len(prompt)
-    tool_name, tool_forced = tool_call_choice(body) if kind == "chat" else (None, False)
-    max_tokens = _opt_int(body, "max_completion_tokens", 1)
-    if max_tokens is None:
-        max_tokens = _opt_int(body, "max_tokens", 1)
     min_tokens = _opt_int(body, "min_tokens", 0) or 0
     ignore_eos = _opt_bool(body, "ignore_eos")
     stream = _opt_bool(body, "stream")
-    options = body.get("stream_options")
-    include_usage = continuous = False
+    options = body.get("stream_options") if kind in ("chat", "completion") else None
+    include_usage = kind in ("responses", "messages")  # their streams always end with usage
+    continuous = False
     if options is not None:
         if not stream:
             raise _bad("`stream_options` is only allowed when `stream` is true", "stream_options")
@@ -240,7 +247,9 @@ def parse_generation(
     if max_tokens is None:
         max_tokens = max_model_len - prompt_tokens
     if max_tokens < 1 or prompt_tokens + max_tokens > max_model_len:
-        param = "messages" if kind == "chat" else "prompt"
+        param = {"chat": "messages", "messages": "messages", "responses": "input"}.get(
+            kind, "prompt"
+        )
         raise RequestRejected(
             400,
             f"This model's maximum context length is {max_model_len} tokens. However, you "
@@ -267,3 +276,86 @@ def parse_generation(
         tool_forced=tool_forced,
         model=model if isinstance(model, str) else None,
     )
+
+
+def _text_words(content: Any, where: str, param: str, out: list[Hashable]) -> None:
+    """A text or a list of text parts (any part type with a string `text`: input_text,
+    output_text, text); a Messages tool_use's input and tool_result's content count too."""
+    if content is None:
+        return
+    if isinstance(content, str):
+        out += tokenize(content)
+        return
+    if not isinstance(content, list):
+        raise _bad(f"{where}: content must be a string or a list of parts", param)
+    for part in content:
+        if not isinstance(part, dict):
+            raise _bad(f"{where}: content parts must be objects", param)
+        kind = part.get("type")
+        if isinstance(part.get("text"), str):
+            out += tokenize(part["text"])
+        elif kind == "tool_use":
+            out += tokenize(json.dumps(part.get("input") or {}))
+        elif kind == "tool_result":
+            _text_words(part.get("content"), where, param, out)
+        else:
+            raise _bad(f"{where}: content part type {kind!r} is not supported", param)
+
+
+def _api_request(
+    kind: Kind, body: dict[str, Any]
+) -> tuple[tuple[Hashable, ...], tuple[str | None, bool], int | None]:
+    """(the prompt's tokens, the tool call choice, the output cap) of a Responses or Messages
+    request."""
+    words: list[Hashable] = []
+    if kind == "responses":
+        _text_words(body.get("instructions"), "instructions", "instructions", words)
+        items = body.get("input")
+        if isinstance(items, str):
+            words += tokenize(items)
+        elif isinstance(items, list) and items:
+            for i, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise _bad(f"input[{i}] must be an object", "input")
+                itype = item.get("type", "message")
+                if itype == "message":
+                    _text_words(item.get("content"), f"input[{i}]", "input", words)
+                elif itype == "function_call":
+                    _text_words(item.get("arguments"), f"input[{i}]", "input", words)
+                elif itype == "function_call_output":
+                    _text_words(item.get("output"), f"input[{i}]", "input", words)
+                else:
+                    raise _bad(f"input[{i}]: item type {itype!r} is not supported", "input")
+        else:
+            raise _bad("`input` must be a string or a non-empty list of items", "input")
+        tools = body.get("tools")
+        if isinstance(tools, list):  # Responses' tools are flat: {type, name, parameters}
+            tools = [{"function": t} for t in tools if isinstance(t, dict)]
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and "function" not in choice:
+            choice = {"function": {"name": choice.get("name")}}
+        max_tokens = _opt_int(body, "max_output_tokens", 1)
+    else:
+        _text_words(body.get("system"), "system", "system", words)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad("`messages` must be a non-empty list", "messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                raise _bad(f"messages[{i}] must be an object with role user or assistant",
+                           "messages")  # fmt: skip
+            _text_words(message.get("content"), f"messages[{i}]", "messages", words)
+        tools = body.get("tools")
+        if isinstance(tools, list):  # Messages' tools: {name, description, input_schema}
+            tools = [{"function": t} for t in tools if isinstance(t, dict)]
+        raw = body.get("tool_choice")
+        choice = raw
+        if isinstance(raw, dict):
+            choice = {"auto": "auto", "any": "required", "none": "none"}.get(str(raw.get("type")))
+            if raw.get("type") == "tool":
+                choice = {"function": {"name": raw.get("name")}}
+        max_tokens = _opt_int(body, "max_tokens", 1)
+        if max_tokens is None:
+            raise _bad("`max_tokens` is required", "max_tokens")
+    call = tool_call_choice({"tools": tools, "tool_choice": choice})
+    return tuple(words), call, max_tokens

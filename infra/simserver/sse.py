@@ -140,5 +140,21 @@ class ChunkEncoder:
         """The final `include_usage` event: empty choices and the totals."""
         return self._usage_open + self._usage(completion_tokens) + b"}\n\n"
 
+    # the interface every encoder has (apis.py: Responses, Messages)
+    def opening(self) -> list[bytes]:
+        role = self.role()
+        return [] if role is None else [role]
+
+    def deltas(self, text: bytes, completion_tokens: int) -> list[bytes]:
+        return [self.content(text, completion_tokens)]
+
+    def closing(self, reason: str, completion_tokens: int, include_usage: bool,
+                text: str) -> list[bytes]:  # fmt: skip
+        events = [self.finish(reason, completion_tokens)]
+        if include_usage:
+            events.append(self.usage(completion_tokens))
+        events.append(DONE)
+        return events
+
 
 MALFORMED = b'data: {"id":"malformed","choices":[{"index":0,"delta":{"content":\n\n'

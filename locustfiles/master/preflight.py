@@ -26,6 +26,7 @@ the run keeps the usual behaviour (parts wait in the spool, nothing lost).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +36,9 @@ from analysis.kernel.errors import LlmloadError, UsageError
 from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.options.options import ChatOptions
 from locustfiles.options.parsers import check_host
-from locustfiles.request.client import Limits, new_pool
-from locustfiles.request.errors import no_completion, refused_status, root_cause
+from locustfiles.request.client import Limits, execute, new_pool
+from locustfiles.request.errors import describe, no_completion, refused_status, root_cause
+from locustfiles.request.record import RequestRecord
 from locustfiles.request.tokenizer import TokenCounter, load_tokenizer
 from locustfiles.run.body import request_body
 from locustfiles.run.manifest import ProbeRecord, RunManifest, run_taken, write_manifest
@@ -44,11 +46,14 @@ from locustfiles.run.probe import (
     PROBE_TIMEOUT_S,
     SentProbe,
     new_probe_id,
+    probe_headers,
+    record_outcome,
     send_probe,
     send_stream_probe,
     served_models,
 )
 from locustfiles.run.secrets import redact, run_secrets
+from locustfiles.run.service import Ask, Http, Service, ensure_login
 from locustfiles.sink.checks import check_spool, check_takes_files, store_reason
 from locustfiles.sink.eventsink import default_spool_dir
 from locustfiles.traffic.prompts import PromptBuilder
@@ -123,14 +128,12 @@ def check_model(host: str, options: ChatOptions, models: SentProbe) -> list[Prob
     if not served or not unlisted:
         return []
     sent_probes: list[ProbeRecord] = []
+    bare = dataclasses.replace(options, extra_body={})  # the model alone is asked about
     pool = new_pool()
     try:
         for name in unlisted:
-            body: dict[str, Any] = {"model": name, "max_tokens": 1, "stream": False}
-            if options.endpoint == "chat":
-                body["messages"] = [{"role": "user", "content": "hi"}]
-            else:
-                body["prompt"] = "hi"
+            body = request_body(bare, name, "hi", None, 1, stream=False, continuous_usage=False,
+                                ignore_eos=False)  # fmt: skip
             sent = send_probe(pool, "model", "POST", host.rstrip("/") + options.path, body=body,
                               api_key=options.api_key(),
                               timeout=min(options.request_timeout, PROBE_TIMEOUT_S))  # fmt: skip
@@ -148,10 +151,20 @@ def first_request_fix(status: int | None, options: ChatOptions) -> str:
         return ("give the API key the server expects: --api-key-env NAME names the environment "
                 "variable that holds it (on every worker's host too)")  # fmt: skip
     if status in (404, 405):
-        return (f"the server has no POST {options.path}: check --endpoint (chat or "
-                "completions) and that --host is an OpenAI-compatible server's base URL")  # fmt: skip
+        return (f"the server has no POST {options.path}: check --endpoint (chat, completions, "
+                "responses or messages) and that --host is the server's base URL")  # fmt: skip
     return ("fix what the server names (--extra-body, --model, --continuous-usage, "
             "--ignore-eos) or the server's settings")  # fmt: skip
+
+
+def first_request_limits(options: ChatOptions) -> Limits:
+    """The run's timeouts for its first request, each at most PROBE_TIMEOUT_S; every read
+    bounded by it too (the preflight runs without the watchdog's greenlet)."""
+    bound = min(options.request_timeout, PROBE_TIMEOUT_S)
+    return Limits(connect_timeout=options.connect_timeout, request_timeout=bound,
+                  ttft_timeout=options.ttft_timeout or None,
+                  stall_timeout=options.stall_timeout or None, read_timeout=bound,
+                  max_event_bytes=options.max_event_bytes)  # fmt: skip
 
 
 def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> ProbeRecord:
@@ -166,11 +179,7 @@ def check_first_request(host: str, options: ChatOptions, models: SentProbe) -> P
     body = request_body(options, model, "hi", None, 1, stream=options.stream,
                         continuous_usage=options.continuous_usage == "on",
                         ignore_eos=False)  # fmt: skip
-    bound = min(options.request_timeout, PROBE_TIMEOUT_S)
-    limits = Limits(connect_timeout=options.connect_timeout, request_timeout=bound,
-                    ttft_timeout=options.ttft_timeout or None,
-                    stall_timeout=options.stall_timeout or None, read_timeout=bound,
-                    max_event_bytes=options.max_event_bytes)  # fmt: skip
+    limits = first_request_limits(options)
     secrets = run_secrets(options.api_key_env)
     pool = new_pool()
     try:
@@ -271,23 +280,83 @@ def write_first_manifest(options: ChatOptions, run_id: str, host: str) -> Object
 
 
 def preflight(
-    options: ChatOptions, host: str, run_id: str, *, sends_requests: bool = True
+    options: ChatOptions,
+    host: str,
+    run_id: str,
+    *,
+    sends_requests: bool = True,
+    service: Service | None = None,
 ) -> list[ProbeRecord]:
     """Everything the master checks before a run: raises UsageError naming the first problem.
 
     Returns the probes it sent (for the manifest). `sends_requests=False` on a master with
     workers: each worker loads the tokenizer and uses a spool folder on its own host, which
-    may be the only one that has them (workers check both when the run starts)."""
+    may be the only one that has them (workers check both when the run starts). `service`:
+    a user's own service (run/service.py): its first request goes by its hooks, and the
+    OpenAI model check does not apply."""
     if sends_requests:
         check_prompts(options)
         check_spool(options)
     check_report_dir(options)
     check_run_id(options, run_id, local_spool=sends_requests)
     models = check_target(host, options)
-    probes = [models.record, *check_model(host, options, models)]
-    probes.append(check_first_request(host, options, models))
+    if service is not None:
+        probes = [models.record, check_service_request(host, options, service)]
+    else:
+        probes = [models.record, *check_model(host, options, models)]
+        probes.append(check_first_request(host, options, models))
     write_first_manifest(options, run_id, host)
     return probes
+
+
+def check_service_request(host: str, options: ChatOptions, service: Service) -> ProbeRecord:
+    """The run's first request by a service's own hooks (login, build_request, its stream
+    adapter), as `check_first_request` judges the built-in one: a hook that raises, or a
+    request refused as such (4xx but 408/429) or answered with no completion, is refused with
+    the hook or the server's answer named."""
+    owner = type(service).__name__
+    limits = first_request_limits(options)
+    secrets = run_secrets(options.api_key_env)
+    rid = new_probe_id()
+    record = RequestRecord(rid, -1, 1, False, "probe", options.endpoint,
+                           options.model_mix.first, options.stream, None, 1, "")  # fmt: skip
+    record.endpoint = service.endpoint_name() or options.endpoint
+    pool = new_pool()
+    hook = "login"
+    try:
+        try:
+            ensure_login(service, Http(pool, host, limits.read_timeout or PROBE_TIMEOUT_S))
+            hook = "build_request"
+            ask = Ask(rid, "hi", None, 1, options.model_mix.first, options.stream, "probe", 1)
+            request = service.build_request(ask)
+            hook = "stream_adapter"
+            adapter = service.stream_adapter()
+        except Exception as exc:
+            raise UsageError(
+                f"{owner}.{hook} failed before the run's first request "
+                f"({redact(describe(exc), secrets)}): fix the hook (docs/extending.md)"
+            ) from None
+        url = request.path
+        if not url.startswith(("http://", "https://")):
+            url = host.rstrip("/") + url
+        headers = {**probe_headers(rid, options.api_key()), **request.headers}
+        execute(pool, url, request.body, headers, record, limits, adapter=adapter)
+    finally:
+        pool.clear()
+    outcome = redact(record_outcome(record), secrets)
+    probe = ProbeRecord(rid, "first_request", record.http_status, outcome, None)
+    detail = redact(record.error_detail or f"HTTP {record.http_status}", secrets)
+    if refused_status(record.http_status):
+        raise UsageError(
+            f"the target {host} refused this run's first request by {owner} ({detail}); every "
+            f"request would be refused the same way: fix {owner}.build_request or the target"
+        )
+    if no_completion(record):
+        raise UsageError(
+            f"{owner}'s first request was answered with no completion as its stream adapter "
+            f"reads it ({detail}): fix {owner}.stream_adapter or {owner}.build_request"
+        )
+    return probe
 
 
 def form_namespace(parsed: Any, form: Any) -> Any:

@@ -24,6 +24,15 @@ from locustfiles.traffic.workloads import Workload, WorkloadKind
 __all__ = ["OPTIONS", "ChatOptions", "add_arguments", "from_parsed", "parse_metadata"]
 
 
+ENDPOINT_PATHS: dict[str, str] = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+}
+"""Each --endpoint's path on the target."""
+
+
 @dataclass(frozen=True)
 class ChatOptions:
     """The options of one run, checked; each field is the option of the same name (table.py),
@@ -117,7 +126,7 @@ class ChatOptions:
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+        return ENDPOINT_PATHS[self.endpoint]
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) or None

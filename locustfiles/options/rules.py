@@ -37,6 +37,17 @@ def check_together(
     _check_open_loop(values, given, say)
     _check_search(values, say)
     _check_prefix_groups(values, given, say)
+    _check_continuous_usage(values, say)
+
+
+def _check_continuous_usage(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
+    """Continuous usage stats are a stream option of OpenAI chat and completions only."""
+    endpoint = values.get("endpoint", "chat")
+    if values.get("continuous_usage") == "on" and endpoint not in ("chat", "completions"):
+        say("continuous_usage").being(
+            "on", f"applies to --endpoint chat and completions: the {endpoint} API has no such "
+            "stream option; leave it at auto",
+        )  # fmt: skip
 
 
 def _check_steps(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:

@@ -115,8 +115,9 @@ TABLE: tuple[Option, ...] = (
            Checked(parse_env_name, "must name an environment variable (e.g. OPENAI_API_KEY), not {value!r}"),
            "name of the environment variable holding the API key (sent as a Bearer token)",
            key="target.api_key_env", always=True),
-    Option("--endpoint", "chat", Choice(("chat", "completions")),
-           "chat: /v1/chat/completions, completions: /v1/completions"),
+    Option("--endpoint", "chat", Choice(("chat", "completions", "responses", "messages")),
+           "chat: /v1/chat/completions, completions: /v1/completions, responses: the OpenAI "
+           "Responses API (/v1/responses), messages: Anthropic-style Messages (/v1/messages)"),
     Option("--no-stream", False, Switch(), "send non-streaming requests (TTFT then equals E2E)"),
     Option("--workload", "D(128,64)",
            Spec(_text(parse_workload), "D(128,64)", numbers=False, in_file="is not a valid workload: {error}"),

@@ -29,6 +29,12 @@ from gevent import GreenletExit
 
 from analysis.kernel.anchor import wall_and_perf_ns
 from analysis.kernel.schema import SHAPE_KINDS
+from locustfiles.request.adapters import (
+    BUILTIN_ADAPTERS,
+    AdapterState,
+    StreamAdapter,
+    parse_adapted_body,
+)
 from locustfiles.request.errors import (
     CONNECT,
     TIMEOUT,
@@ -38,7 +44,7 @@ from locustfiles.request.errors import (
     transport_kind,
 )
 from locustfiles.request.record import RequestRecord
-from locustfiles.request.sse import MAX_EVENT_BYTES, EventTooLong, events
+from locustfiles.request.sse import MAX_EVENT_BYTES, EventTooLong, events, lines
 from locustfiles.request.stream import StreamFailure, StreamState, parse_body
 from locustfiles.request.tokenizer import TokenCounter
 from locustfiles.request.watchdog import ReadDeadlines, Watch
@@ -151,19 +157,25 @@ def _error_body(resp: Any) -> bytes:
 def execute(
     pool: urllib3.PoolManager,  # new_pool()'s, or any urllib3 pool a tool passes
     url: str,
-    body: dict[str, Any],
+    body: dict[str, Any] | bytes,  # JSON, or the bytes to send as they are
     headers: dict[str, str],
     record: RequestRecord,
     limits: Limits,
     counter: TokenCounter | None = None,
     cancel_after_tokens: int | None = None,
     tap: Tap | None = None,
+    adapter: StreamAdapter | None = None,
 ) -> RequestRecord:
-    """Send `body` to `url` and fill `record`. Never raises except GreenletExit."""
+    """Send `body` to `url` and fill `record`. Never raises except GreenletExit.
+
+    `adapter`: how the response reads (a service's stream adapter, adapters.py); None: an
+    OpenAI chat or completions response (`record.endpoint`), by stream.py's typed reader."""
     chat = record.endpoint == "chat"
+    if adapter is None and record.endpoint in BUILTIN_ADAPTERS:
+        adapter = BUILTIN_ADAPTERS[record.endpoint]()
     resp: Any = None
     watch = Watch(limits)
-    payload = _body_bytes(body)
+    payload = body if isinstance(body, bytes) else _body_bytes(body)
     hdrs = {"Content-Type": "application/json", "Accept-Encoding": "identity", **headers}
     lean = pool.target(url) if isinstance(pool, UserPool) else None
     record.sent_at_ns, t0 = wall_and_perf_ns()  # one instant on both clocks
@@ -200,9 +212,17 @@ def execute(
             data = resp.read()
             record.end_ns = _perf_ns() - t0
             _release(resp)
-            parse_body(record, data, chat, counter)
+            if adapter is None:
+                parse_body(record, data, chat, counter)
+            else:
+                parse_adapted_body(record, data, adapter, counter)
             return record
-        state = StreamState(record, chat, counter)
+        state = (
+            StreamState(record, chat, counter)
+            if adapter is None
+            else AdapterState(record, adapter, counter)
+        )
+        split = events if adapter is None or adapter.framing == "sse" else lines
         on_event = state.on_event
         if tap is not None:
             tap.state = state
@@ -215,7 +235,7 @@ def execute(
             watch.progress = clock.last = _perf_ns()
         if lean is not None:  # no body byte came before the headers' kernel time
             clock.last = head_at
-        for datas, arrived in events(resp, clock, limits.max_event_bytes):  # sets watch.last
+        for datas, arrived in split(resp, clock, limits.max_event_bytes):  # sets watch.last
             watch.progress = arrived  # a data event: the stall timer starts again
             now = arrived - t0
             if len(datas) > 1:  # events that share one read's timestamp
@@ -258,10 +278,15 @@ def execute(
         _close(resp)
     finally:
         watch.stop()
-        if record.error_kind in SHAPE_KINDS and resp is not None:
+        if record.error_kind in SHAPE_KINDS and resp is not None and _sse(adapter):
             _say_content_type(record, resp.headers.get("content-type") or "")
         record.finish()
     return record
+
+
+def _sse(adapter: StreamAdapter | None) -> bool:
+    """Whether the response is expected as SSE (or JSON when not streamed)."""
+    return adapter is None or adapter.framing == "sse"
 
 
 def _say_content_type(record: RequestRecord, content_type: str) -> None:

@@ -24,6 +24,14 @@ from locustfiles.request.errors import TIMEOUT, TRANSPORT_ERRORS, transport_kind
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
+class HttpStatusError(Exception):
+    """A reply with a status other than 2xx (`Reply.raise_for_status`)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text}")
+        self.status = status
+
+
 @dataclass(frozen=True)
 class Reply:
     """What came back: status None when no response was read whole (then `error`)."""
@@ -34,6 +42,17 @@ class Reply:
     error: BaseException | None = None
     failure: str | None = None  # the error's class: connect | timeout | transport
     elapsed_s: float = 0.0
+
+    def raise_for_status(self) -> Reply:
+        """This reply, if it came with a 2xx status; else HttpStatusError (or the transport
+        error that left no reply)."""
+        if self.error is not None:
+            raise self.error
+        assert self.status is not None
+        if not 200 <= self.status < 300:
+            text = " ".join(self.data[:200].decode("utf-8", "replace").split())
+            raise HttpStatusError(self.status, text)
+        return self
 
     def json(self) -> Any:
         """The body parsed as JSON; None when empty or not JSON."""

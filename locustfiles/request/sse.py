@@ -240,6 +240,29 @@ def _python_events(
         yield [last], clock.last
 
 
+def lines(
+    resp: Any, clock: Any = None, max_line_bytes: int = MAX_EVENT_BYTES
+) -> Iterator[tuple[list[bytes], int]]:
+    """`events` for a body of text lines (a stream adapter's `framing = "lines"`): each line,
+    without its line end (LF or CRLF), is one event's data, empty lines included; a last line
+    without its line end counts too. A line pending longer than `max_line_bytes` raises
+    EventTooLong."""
+    clock = ReadClock() if clock is None else clock
+    buf = b""
+    for data, now in body_reads(resp, clock):
+        buf = buf + data if buf else data
+        if b"\n" not in buf:
+            if len(buf) > max_line_bytes:
+                raise EventTooLong(f"a line longer than {max_line_bytes} bytes")
+            continue
+        *done, buf = buf.split(b"\n")
+        if len(buf) > max_line_bytes:
+            raise EventTooLong(f"a line longer than {max_line_bytes} bytes")
+        yield [d[:-1] if d[-1:] == b"\r" else d for d in done], now
+    if buf:
+        yield [buf[:-1] if buf[-1:] == b"\r" else buf], clock.last
+
+
 def data_of(block: bytes) -> bytes | None:
     """An event block's data (its `data` fields joined by LF); None if it has none."""
     if block.startswith(b"data: ") and b"\n" not in block:  # the common case

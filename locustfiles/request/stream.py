@@ -32,7 +32,7 @@ TOKENS_MAX: Final = int_max(REQUESTS_SCHEMA, "completion_tokens")
 """The largest token count a row holds; a usage count beyond it (or below 0) is no count."""
 
 
-def _count(name: str, value: int) -> int:
+def count_of(name: str, value: int) -> int:
     """A usage count checked where it enters: out of range, the request is `invalid_usage`
     (its row kept, with the value in the detail), never a row the sink must refuse."""
     if 0 <= value <= TOKENS_MAX:
@@ -174,7 +174,7 @@ class StreamState:
                 usage_delta = self._completion(ct)
             pt = usage.get("prompt_tokens")
             if isinstance(pt, int) and not isinstance(pt, bool):
-                rec.prompt_tokens = _count("prompt_tokens", pt)
+                rec.prompt_tokens = count_of("prompt_tokens", pt)
             _note_cached(rec, usage)
         choices = obj.get("choices")
         if not choices:
@@ -187,7 +187,7 @@ class StreamState:
                 content = delta.get("content") or ""
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
                 if delta.get("tool_calls"):
-                    calls = _tool_call_deltas(rec, delta["tool_calls"])
+                    calls = tool_call_deltas(rec, delta["tool_calls"])
             else:
                 content = choice.get("text") or ""
                 reasoning = ""
@@ -212,7 +212,7 @@ class StreamState:
             if usage.completion_tokens is not None:
                 usage_delta = self._completion(usage.completion_tokens)
             if usage.prompt_tokens is not None:
-                rec.prompt_tokens = _count("prompt_tokens", usage.prompt_tokens)
+                rec.prompt_tokens = count_of("prompt_tokens", usage.prompt_tokens)
             if usage.prompt_tokens_details is not None:
                 _note_cached_details(rec, usage.prompt_tokens_details)
         choices = chunk.choices
@@ -228,7 +228,7 @@ class StreamState:
                 content = delta.content or ""
                 reasoning = delta.reasoning_content or delta.reasoning or ""
                 if delta.tool_calls:
-                    calls = _tool_call_deltas(rec, delta.tool_calls)
+                    calls = tool_call_deltas(rec, delta.tool_calls)
         else:
             content = choice.text or ""
             reasoning = ""
@@ -237,7 +237,7 @@ class StreamState:
     def _completion(self, tokens: int) -> int:
         """usage.completion_tokens (cumulative): the tokens since the last count. A count that
         goes down would give an event negative tokens: `invalid_usage`."""
-        _count("completion_tokens", tokens)
+        count_of("completion_tokens", tokens)
         if tokens < self.usage_tokens:
             raise StreamFailure(
                 "invalid_usage",
@@ -248,15 +248,26 @@ class StreamState:
         return delta
 
     def _output(
-        self, content: str, reasoning: str, calls: str, finish: Any, usage_delta: Any, t: int
+        self,
+        content: str,
+        reasoning: str,
+        calls: str,
+        finish: Any,
+        usage_delta: Any,
+        t: int,
+        exact: int | None = None,
     ) -> None:
-        """An event's output (text, reasoning, tool-call arguments) and finish reason."""
+        """An event's output (text, reasoning, tool-call arguments) and finish reason;
+        `exact`: the tokens the server says this event carries (a stream adapter's count)."""
         rec = self.record
         if finish:
             self.finish_reason = finish
             self.finish_t = t
         if not (content or reasoning or calls):
-            if usage_delta and rec.output_tokens_source == "usage":  # continuous usage only
+            if exact:  # tokens the server counted for an event without text
+                rec.note_source("usage")
+                self._textless(exact, t)
+            elif usage_delta and rec.output_tokens_source == "usage":  # continuous usage only
                 self._textless(usage_delta, t)  # e.g. the end-of-sequence token, in usage only
             return
         if rec.first_token_ns is None:
@@ -266,7 +277,11 @@ class StreamState:
         if content and rec.first_content_ns is None:
             rec.first_content_ns = t
         rec.last_token_ns = t
-        if usage_delta is not None and rec.output_tokens_source in (None, "usage"):
+        if exact is not None:
+            tokens = exact  # the server's count for this event
+            if rec.output_tokens_source != "usage":
+                rec.note_source("usage")
+        elif usage_delta is not None and rec.output_tokens_source in (None, "usage"):
             tokens = usage_delta  # continuous usage: exact (a usage only at the end is not)
             if rec.output_tokens_source != "usage":
                 rec.note_source("usage")
@@ -328,10 +343,15 @@ def _note_cached(rec: RequestRecord, usage: Any) -> None:
 def _note_cached_details(rec: RequestRecord, details: Any) -> None:
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if isinstance(cached, int) and not isinstance(cached, bool):
-        rec.cached_tokens = _count("prompt_tokens_details.cached_tokens", cached)
+        note_cached_tokens(rec, cached)
 
 
-def _tool_call_deltas(rec: RequestRecord, deltas: Any) -> str:
+def note_cached_tokens(rec: RequestRecord, cached: int) -> None:
+    """The prompt tokens the server's cache served."""
+    rec.cached_tokens = count_of("prompt_tokens_details.cached_tokens", cached)
+
+
+def tool_call_deltas(rec: RequestRecord, deltas: Any) -> str:
     """A delta's tool-call pieces: their argument text (output, timed like content), and,
     when the record collects its reply (sessions), each call's id, name and arguments."""
     if not isinstance(deltas, list):
@@ -373,7 +393,7 @@ def parse_body(
             reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
             calls = message.get("tool_calls")
             if calls:
-                _tool_call_deltas(record, [{**c, "index": i} for i, c in enumerate(calls)])
+                tool_call_deltas(record, [{**c, "index": i} for i, c in enumerate(calls)])
         else:
             content, reasoning = choice.get("text") or "", ""
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):

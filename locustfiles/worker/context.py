@@ -19,18 +19,24 @@ from typing import Any
 import gevent
 import gevent.lock
 import urllib3
+from gevent import GreenletExit
 
 from locustfiles.live.groups import Observer, Recorder
 from locustfiles.options.options import ChatOptions
-from locustfiles.request.client import Limits, execute, new_pool
+from locustfiles.request.client import Limits, classify_status, execute, new_pool
 from locustfiles.request.errors import (
+    TIMEOUT,
+    describe,
     no_completion,
     refused_status,
+    transport_kind,
 )
+from locustfiles.request.exchange import HttpStatusError
 from locustfiles.request.record import RequestRecord, new_request_id
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, redact_logs, run_secrets
+from locustfiles.run.service import Ask, Http, Service, ensure_login
 from locustfiles.sink.eventsink import EventSink, SinkConfig
 from locustfiles.sink.warmup import (
     freeze_gc,
@@ -75,8 +81,16 @@ class WorkerContext:
         on_record: Callable[[RequestRecord], None] | None = None,
         report_in_flight: Callable[[int, int], None] | None = None,
         cannot_start: Callable[[str], None] | None = None,
+        services: Callable[[], Service] | None = None,
     ) -> None:
         self.options = options
+        # a user's own service (run/service.py): the open loop's users come from here; the
+        # built-in endpoint's probes of the target do not run
+        self.services = services
+        # the rows' endpoint: the built-in --endpoint's, or the service's name
+        self.endpoint = (services().endpoint_name() if services is not None else None) or (
+            options.endpoint
+        )
         self.cannot_start = cannot_start  # the target refuses every request: the run must stop
         self.run_id = run_id
         self.identity = identity
@@ -94,7 +108,7 @@ class WorkerContext:
         redact_logs(self._secrets)  # this process's log, Locust's failure lines included
         self.target = TargetView(  # the probes and what they learned (target.py)
             options, host.rstrip("/"), self.worker_id, self.limits, self.build.prompts,
-            self._secrets, report_probes, cannot_start,
+            self._secrets, report_probes, cannot_start, probing=services is None,
         )  # fmt: skip
         self.models = options.model_mix.sampler(options.seed, worker_index)  # each request's
         self._first_refused: int | None = 0  # refusals before any other answer; None: answered
@@ -195,16 +209,18 @@ class WorkerContext:
 
     # -- requests ----------------------------------------------------------------------
     def run_session(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
-                    on_record: Callable[[RequestRecord], None] | None = None) -> list[RequestRecord]:  # fmt: skip
+                    on_record: Callable[[RequestRecord], None] | None = None,
+                    service: Service | None = None) -> list[RequestRecord]:  # fmt: skip
         """One multi-turn session (sessions.py) on `pool`; its first turn is `arrival`'s.
-        Every turn asks for the same model (one drawn per session from a --model mix)."""
+        Every turn asks for the same model (one drawn per session from a --model mix) and
+        goes by the same `service` (run_one)."""
         self.ensure_ready(pool)
         model = self.models.pick() or self.target.model
 
         def send(turn: Turn) -> RequestRecord | None:
             first = turn.index == 0
             record = self.run_one(pool, arrival if first else None, turn, model,
-                                  session=None if first else arrival)  # fmt: skip
+                                  session=None if first else arrival, service=service)  # fmt: skip
             if record is not None and on_record is not None:
                 on_record(record)
             return record
@@ -213,13 +229,15 @@ class WorkerContext:
 
     def run_one(self, pool: urllib3.PoolManager, arrival: Arrival | None = None,
                 turn: Turn | None = None, model: str | None = None,
-                session: Arrival | None = None) -> RequestRecord | None:  # fmt: skip
+                session: Arrival | None = None, service: Service | None = None,
+                ) -> RequestRecord | None:  # fmt: skip
         """Build, send and record one request. Returns the record (None if not sent).
 
         `arrival`: an open-loop arrival (openloop.py): its step and schedule, not the
         current step, go on the record. `turn`: a session's turn (sessions.py): its
         messages are the prompt; `session`: a later turn's session's arrival. `model`: its
-        model (None: one drawn from the --model mix)."""
+        model (None: one drawn from the --model mix). `service`: a user's own hooks (what
+        to send, how to read it: run/service.py); None: the built-in --endpoint."""
         self.ensure_ready(pool)
         if self.halted is not None:  # not sent: an open-loop arrival still leaves its row
             if arrival is not None:
@@ -233,25 +251,22 @@ class WorkerContext:
         record = self.build.record(step, arrival, turn, spec, text, model, session)
         request_id = record.request_id
         prompt = None if spec.messages is not None else text
-        body = self.target.body(prompt, spec.messages, spec.max_tokens, self.options.stream,
-                                model=model)  # fmt: skip
-        if turn is not None and turn.offer_tools:
-            body["tools"] = TOOLS
+        tools = TOOLS if turn is not None and turn.offer_tools else None
         cancel = None
         if self.options.cancel_rate and self.build.rng.random() < self.options.cancel_rate:
             cancel = self.options.cancel_after_tokens
         started = _perf_ns()
         try:
-            execute(
-                pool,
-                self.target.url,
-                body,
-                self.target.headers(request_id),
-                record,
-                self.limits,
-                self.build.counter,
-                cancel,
-            )
+            if service is None:
+                body = self.target.body(prompt, spec.messages, spec.max_tokens,
+                                        self.options.stream, model=model, tools=tools)  # fmt: skip
+                execute(pool, self.target.url, body, self.target.headers(request_id), record,
+                        self.limits, self.build.counter, cancel)  # fmt: skip
+            else:
+                ask = Ask(request_id, prompt, spec.messages, spec.max_tokens, model,
+                          self.options.stream, spec.scenario, spec.prompt_tokens, tools,
+                          record.session_id, record.turn)  # fmt: skip
+                self._send_by(service, pool, ask, record, cancel)
         finally:
             try:  # live statistics (live.py); first: nothing here yields
                 self.live.observe(record)
@@ -274,6 +289,34 @@ class WorkerContext:
                 )
             self.sent += 1
         return record
+
+    def _send_by(self, service: Service, pool: urllib3.PoolManager, ask: Ask,
+                 record: RequestRecord, cancel: int | None) -> None:  # fmt: skip
+        """One request by a service's hooks: its login (once), what to send, how to read it.
+        A hook that raises fails the request as data (`hook_failure`), never the worker."""
+        record.endpoint = service.endpoint_name() or record.endpoint
+        hook = "login"
+        try:
+            ensure_login(service, Http(pool, self.target.base_url, self.limits.connect_timeout
+                                       + (self.limits.request_timeout or 600.0)))  # fmt: skip
+            hook = "build_request"
+            request = service.build_request(ask)
+            hook = "stream_adapter"
+            adapter = service.stream_adapter()
+        except GreenletExit:
+            raise
+        except Exception as exc:
+            record.sent_at_ns = time.time_ns()
+            record.end_ns = 0
+            hook_failure(record, type(service).__name__, hook, exc)
+            record.finish()
+            return
+        url = request.path
+        if not url.startswith(("http://", "https://")):
+            url = self.target.base_url + url
+        headers = {**self.target.headers(record.request_id), **request.headers}
+        execute(pool, url, request.body, headers, record, self.limits, self.build.counter, cancel,
+                adapter=adapter)  # fmt: skip
 
     def _check_refused(self, record: RequestRecord) -> None:
         """Until a request is answered otherwise: REFUSED_AT_START refusals stop the run (a
@@ -301,7 +344,7 @@ class WorkerContext:
         """An open-loop arrival not sent (the cap): a `dropped` row, no response times."""
         record = RequestRecord(
             request_id=new_request_id(), step=arrival.step, concurrency=arrival.concurrency,
-            cold=False, scenario="", endpoint=self.options.endpoint,
+            cold=False, scenario="", endpoint=self.endpoint,
             model=self.models.pick() or self.target.model,
             stream=self.options.stream, prompt_tokens_requested=None, max_tokens=None,
             prompt_sha256="", sent_at_ns=time.time_ns(), status="dropped",
@@ -332,6 +375,24 @@ class WorkerContext:
             log.info("llmload: worker %s flushed: %s", self.worker_id, report)
         return {**self.identity, "sink": self.sink_report, "sent": self.sent,
                 "probes": list(self.target.probes)}  # fmt: skip
+
+
+def hook_failure(record: RequestRecord, owner: str, hook: str, exc: Exception) -> None:
+    """A service hook that raised, as the request's failure: a login refused by HTTP status
+    gets that status's kind, a transport failure its kind, anything else `client_error`
+    (logged with its traceback: a bug in the hook)."""
+    where = f"{owner}.{hook}"
+    if isinstance(exc, HttpStatusError):
+        record.http_status = exc.status
+        record.fail(classify_status(exc.status), f"{where}: {exc}")
+        return
+    kind = transport_kind(exc)
+    if kind is not None:
+        text = "total_timeout" if kind == TIMEOUT else "connect"
+        record.fail(text, f"{where}: {describe(exc)}")
+        return
+    log.warning("llmload: the hook %s raised", where, exc_info=exc)
+    record.fail("client_error", f"{where} raised {describe(exc)}")
 
 
 def failure_for(record: RequestRecord) -> RequestFailed | None:

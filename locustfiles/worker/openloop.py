@@ -43,6 +43,7 @@ from gevent import GreenletExit
 from locustfiles.request.client import new_pool
 from locustfiles.request.record import RequestRecord
 from locustfiles.run.protocol import StepState
+from locustfiles.run.service import Service
 from locustfiles.traffic.arrivals import Schedule, worker_cap
 
 log = logging.getLogger("llmload.openloop")
@@ -96,7 +97,9 @@ class Dispatcher:
         self.step = step
         self.on_record = on_record
         self.requests = gevent.pool.Group()
-        self._pools: list[Any] = []  # idle keep-alive connection pools, reused
+        # idle clients, reused: a keep-alive connection pool and its service (a user's own
+        # hooks, logged in once; None: the built-in endpoint)
+        self._pools: list[tuple[Any, Service | None]] = []
         self._changed = gevent.event.Event()
         self._loop: gevent.Greenlet | None = None
         # the arrival the schedule waits for: (plan, the rest of the share, index, intended)
@@ -130,7 +133,7 @@ class Dispatcher:
         for arrival in list(self._unstarted.values()):  # killed before they ran
             self._drop(arrival, DUE_AT_STOP)
         self._unstarted.clear()
-        for pool in self._pools:
+        for pool, _ in self._pools:
             pool.clear()
         self._pools.clear()
 
@@ -170,10 +173,13 @@ class Dispatcher:
             plan = nxt
 
     def _take_pool_for_probe(self) -> Any:
-        pool = self._pools[0] if self._pools else new_pool()
         if not self._pools:
-            self._pools.append(pool)
-        return pool
+            self._pools.append(self._new_client())
+        return self._pools[0][0]
+
+    def _new_client(self) -> tuple[Any, Service | None]:
+        services = self.ctx.services
+        return new_pool(), None if services is None else services()
 
     def _follow(self, plan: _Plan) -> _Plan | None:
         """Send `plan`'s arrivals until a new step takes over; returns that step's plan."""
@@ -257,17 +263,17 @@ class Dispatcher:
                     )
                     raise
                 arrival.queued_ns = _perf_ns() - waited_from
-        pool = self._pools.pop() if self._pools else new_pool()
+        pool, service = self._pools.pop() if self._pools else self._new_client()
         try:
             if self.ctx.options.sessions:  # an arrival starts a session (sessions.py)
-                self.ctx.run_session(pool, arrival, self.on_record)
+                self.ctx.run_session(pool, arrival, self.on_record, service)
             else:
-                record = self.ctx.run_one(pool, arrival)
+                record = self.ctx.run_one(pool, arrival, service=service)
                 if record is not None and self.on_record is not None:
                     self.on_record(record)
             self.sent += 1
         finally:
-            self._pools.append(pool)
+            self._pools.append((pool, service))
             if slots is not None:
                 slots.release()
 

@@ -37,6 +37,7 @@ from locustfiles.run.protocol import (
     StepState,
     kernel_boot_id,
 )
+from locustfiles.run.service import Service
 from locustfiles.sink.checks import check_store_reachable
 from locustfiles.worker.context import WorkerContext
 
@@ -65,11 +66,13 @@ class WorkerSide:
         observer: Observer | None,
         on_record: Callable[[RequestRecord], None],
         local_probes: Callable[[list[dict[str, Any]]], None] | None = None,
+        services: Callable[[], Service] | None = None,
     ) -> None:
         self.environment = environment
         self.observer = observer
         self.on_record = on_record
         self.local_probes = local_probes
+        self.services = services  # a user's own service (run/service.py), else None
         self.step = StepState()
         self.context: WorkerContext | None = None
 
@@ -99,6 +102,7 @@ class WorkerSide:
                 on_record=self.on_record,
                 report_in_flight=self._in_flight_reporter(),
                 cannot_start=lambda cause: self._cannot_start(identity, cause),
+                services=self.services,
             )
         except LlmloadError as exc:  # this worker cannot send: the run must not go on without it
             self._cannot_start(identity, str(exc))

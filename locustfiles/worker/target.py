@@ -50,8 +50,10 @@ class TargetView:
         secrets: tuple[str, ...],
         report_probes: Callable[[list[dict[str, Any]]], None] | None = None,
         cannot_start: Callable[[str], None] | None = None,
+        probing: bool = True,
     ) -> None:
         self.options = options
+        self.probing = probing  # False: a user's own service, not an OpenAI endpoint
         self.base_url = base_url
         self.url = base_url + options.path
         self.worker_id = worker_id
@@ -73,10 +75,11 @@ class TargetView:
         return probe_headers(request_id, self._api_key)
 
     def body(self, prompt: str | None, messages: list[dict[str, Any]] | None, max_tokens: int | None,
-             stream: bool, probe: bool = False, model: str | None = None) -> dict[str, Any]:  # fmt: skip
+             stream: bool, probe: bool = False, model: str | None = None,
+             tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:  # fmt: skip
         return request_body(self.options, model or self.model, prompt, messages, max_tokens,
                             stream=stream, continuous_usage=self.continuous_usage,
-                            ignore_eos=self.ignore_eos and not probe)  # fmt: skip
+                            ignore_eos=self.ignore_eos and not probe, tools=tools)  # fmt: skip
 
     # -- probes ------------------------------------------------------------------------
     def ensure_ready(self, pool: urllib3.PoolManager) -> None:
@@ -86,7 +89,8 @@ class TargetView:
             if self._ready:
                 return
             try:
-                self._probe(pool)
+                if self.probing:
+                    self._probe(pool)
             except TRANSPORT_ERRORS as exc:
                 # answered, but a probe did not end within its bound: requests would not either
                 if transport_kind(exc, True) == TIMEOUT and self.cannot_start is not None:
@@ -137,7 +141,8 @@ class TargetView:
                 "on" if self.ignore_eos else "off",
                 status,
             )
-        if self.options.continuous_usage == "auto" and self.options.stream:
+        if (self.options.continuous_usage == "auto" and self.options.stream
+                and self.options.endpoint in ("chat", "completions")):  # fmt: skip
             # on only if the server really puts usage in every event (some ignore the field)
             body = self.body(tiny, None, 4, stream=True, probe=True)
             body["stream_options"]["continuous_usage_stats"] = True
@@ -158,7 +163,7 @@ class TargetView:
             body = self.body(text, None, 1, stream=False, probe=True)
             status, doc = self._post(pool, body, "calibration")
             usage = (doc.get("usage") if isinstance(doc, dict) else None) or {}
-            value = usage.get("prompt_tokens") if status == 200 else None
+            value = usage.get("prompt_tokens", usage.get("input_tokens")) if status == 200 else None
             return value if isinstance(value, int) else None
 
         calibration = self.prompts.calibrate(prompt_tokens)

@@ -660,3 +660,35 @@ def test_llmload_replays_the_mooncake_example(
     assert by_index["prompt_tokens_requested"].tolist() == [r["input_length"] for r in window]
     assert (by_index["prompt_tokens"] == by_index["prompt_tokens_requested"]).all()
     assert by_index["completion_tokens"].tolist() == [r["output_length"] for r in window]
+
+
+@pytest.mark.parametrize("endpoint", ["responses", "messages"])
+def test_llmload_run_on_vllms_responses_and_messages_apis(
+    server: VllmServe, tiny_model: Path, tmp_path: Path, endpoint: str
+) -> None:
+    """`--endpoint responses` and `--endpoint messages` against vLLM's own routes: every
+    request answered and read by the built-in adapter (tokens counted by the model's
+    tokenizer, the total from the API's usage), prompts of the requested length (the
+    calibration reads `input_tokens`), outputs within the cap."""
+    result = run_locust(server.url, tmp_path / "runs", "--endpoint", endpoint,
+                        "--model", server.model_id, *STEPS, "--workload", "D(24,12)",
+                        "--tokenizer", str(tiny_model), timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.output[-4000:] + "\n--- vLLM ---\n" + server.log_tail()
+    requests, chunks, manifest = result.events()
+    assert manifest["status"] == "finished"
+    assert len(requests) > 5 and set(requests["endpoint"]) == {endpoint}
+    failed = requests[~requests["status"].isin(["ok", "aborted"])]
+    assert failed.empty, failed[["status", "error_kind", "error_detail"]].to_string()
+    ok = requests[requests["status"] == "ok"].set_index("request_id")
+    assert (ok["completion_tokens"] > 0).all() and (ok["completion_tokens"] <= 12).all()
+    assert (ok["output_tokens_source"] == "tokenizer").all()
+    assert (ok["prompt_tokens"] == ok["prompt_tokens_requested"]).all()  # input_tokens read
+    if endpoint == "responses":  # vLLM's Responses request takes ignore_eos; Messages' not
+        assert (ok["completion_tokens"] == ok["max_tokens"]).all()
+    # the tokenizer counts each event's text: tokens the usage has and no event had are
+    # placed at the end, so no request's chunks hold fewer; a delta's text alone can count more
+    # tokens than inside the whole text (the tokenizer merges across deltas), so a few more
+    sums = chunks.groupby("request_id")["tokens"].sum().reindex(ok.index, fill_value=0)
+    over = sums - ok["completion_tokens"]
+    assert (over >= 0).all() and over.sum() <= 0.02 * ok["completion_tokens"].sum(), over.describe()
+    assert (ok["first_token_ns"] > 0).all() and (ok["last_token_ns"] >= ok["first_token_ns"]).all()

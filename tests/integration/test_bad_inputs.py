@@ -258,6 +258,13 @@ CASES = [
     Case("extra-body-stream-options-null",
          ("locust", "--extra-body", '{"stream_options": null}'), 2,
          "--extra-body sets 'stream_options', which llmload owns (--continuous-usage decides it)"),
+    Case("extra-body-sets-input", ("locust", "--endpoint", "responses", "--extra-body",
+                                   '{"input": "x"}'), 2,
+         "--extra-body sets 'input', which llmload owns (--workload decides it)"),
+    Case("continuous-usage-on-messages", ("locust", "--endpoint", "messages",
+                                          "--continuous-usage", "on"), 2,
+         "--continuous-usage on applies to --endpoint chat and completions: the messages API "
+         "has no such stream option; leave it at auto"),
     # -- URIs and credentials --------------------------------------------------------------
     Case("events-uri-scheme", ("locust", "--events-uri", "ftp://host/runs"), 2,
          "events URI scheme 'ftp' is not supported; use s3://bucket/prefix"),

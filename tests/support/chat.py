@@ -209,11 +209,14 @@ def start_master(
 
 
 def start_worker(
-    master_port: int, env: dict[str, str], cwd: Path | None = None
+    master_port: int,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    locustfile: Path = LOCUSTFILE,
 ) -> subprocess.Popen[str]:
     """A Locust worker process of the chat user on loopback (stdout and stderr piped)."""
     return subprocess.Popen(
-        [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--worker", "--master-host", "127.0.0.1",
+        [str(BIN / "locust"), "-f", str(locustfile), "--worker", "--master-host", "127.0.0.1",
          "--master-port", str(master_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
     )  # fmt: skip
@@ -226,9 +229,11 @@ def run_locust(
     workers: int = 0,
     timeout: float = 120,
     env: dict[str, str] | None = None,
+    locustfile: Path = LOCUSTFILE,
 ) -> LocustResult:
-    """A headless llmload run: local, or a master with `workers` worker processes on loopback."""
-    base = [str(BIN / "locust"), "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+    """A headless llmload run: local, or a master with `workers` worker processes on loopback
+    (`locustfile`: the chat user's, or a user's own on llmload: docs/extending.md)."""
+    base = [str(BIN / "locust"), "-f", str(locustfile), "--headless", "--only-summary",
             "--host", host, "--events-uri", str(events_dir), "--spool-dir", str(events_dir) + ".spool", *args]  # fmt: skip
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     procs: list[subprocess.Popen[str]] = []
@@ -236,7 +241,7 @@ def run_locust(
         port = free_port()
         base += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                  "--expect-workers", str(workers), "--expect-workers-max-wait", "30"]  # fmt: skip
-        procs += [start_worker(port, full_env) for _ in range(workers)]
+        procs += [start_worker(port, full_env, locustfile=locustfile) for _ in range(workers)]
     try:
         out = subprocess.run(
             base,

@@ -29,12 +29,13 @@ class FakeContext:
 
     def __init__(self) -> None:
         self.options = type("Options", (), {"sessions": False})()
+        self.services = None  # the built-in endpoint (no user's own hooks)
         self.rows: list[tuple[int, str, str]] = []  # (arrival index, status, detail)
 
     def ensure_ready(self, pool: Any) -> None:
         pass
 
-    def run_one(self, pool: Any, arrival: Arrival) -> None:
+    def run_one(self, pool: Any, arrival: Arrival, service: Any = None) -> None:
         try:
             gevent.sleep(1)
         except GreenletExit:

@@ -82,7 +82,8 @@ def test_extra_body_is_checked_when_the_options_are_parsed() -> None:
 
 def test_the_owned_keys_are_the_request_builders() -> None:
     assert set(BODY_OWNERS) == {"model", "messages", "prompt", "max_tokens",
-                                "max_completion_tokens", "stream", "stream_options", "n"}  # fmt: skip
+                                "max_completion_tokens", "stream", "stream_options", "n",
+                                "input", "instructions", "system", "max_output_tokens"}  # fmt: skip
 
 
 def test_served_models_and_the_refusal_naming_them() -> None:
