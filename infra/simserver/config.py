@@ -31,6 +31,9 @@ class SimConfig:
     drain_seconds: float = 5.0  # on SIGTERM/SIGINT: let running requests finish this long
     prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
     tool_call_rate: float = 0.5  # share of chat requests with `tools` answered by a tool call
+    # a reasoning phase: the first N output tokens of each answer (not a tool call) are
+    # reasoning, drawn per request; None: none
+    reasoning_tokens: IntDist | None = None
     otlp_traces_endpoint: str | None = None  # OTLP/HTTP URL; None: no spans
     otlp_service_name: str = DEFAULT_SERVICE_NAME
     # several models (--served-models a,b): every id served, the first the default

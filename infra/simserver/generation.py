@@ -78,6 +78,11 @@ class Generation:
         self.request_id = request_id
         self.plan = plan
         self.tool_call = tool_call  # the answer is this tool call (arguments: the output)
+        plan_reasoning = app.config.reasoning_tokens
+        # the answer's first tokens that are reasoning (a tool call has none here)
+        self.reasoning = (
+            plan_reasoning.sample(app.rng) if plan_reasoning is not None and not tool_call else 0
+        )
         self.response_id = _ID_PREFIX[params.kind] + request_id
         self.created = int(time.time())
         self.text_pos = app.rng.randrange(app.text.period)
@@ -149,12 +154,13 @@ class Generation:
         params = self.params
         if params.kind == "responses":
             return ResponsesEncoder(self.response_id, self.model, params.prompt_tokens,
-                                    self.tool_call)  # fmt: skip
+                                    self.tool_call, self.reasoning)  # fmt: skip
         if params.kind == "messages":
             return MessagesEncoder(self.response_id, self.model, params.prompt_tokens,
-                                   self.tool_call)  # fmt: skip
+                                   self.tool_call, self.reasoning)  # fmt: skip
         return ChunkEncoder(params.kind, self.response_id, self.created, self.model,
-                            params.prompt_tokens, params.continuous_usage, self.tool_call)  # fmt: skip
+                            params.prompt_tokens, params.continuous_usage, self.tool_call,
+                            self.reasoning)  # fmt: skip
 
     def _headers(self) -> list[tuple[str, str]]:
         return [("X-Request-Id", self.request_id), ("Cache-Control", "no-cache")]
@@ -190,6 +196,7 @@ class Generation:
             and self.pending < self.k
             and generated != plan.malformed_at
             and generated != plan.drop_at
+            and generated != self.reasoning  # no event holds reasoning and answer both
         ):
             return
         encoder = self.encoder
@@ -199,7 +206,7 @@ class Generation:
             self._usage_cached = True
         text = self.app.text.text(self.text_pos, self.pending)
         self.text_pos += self.pending
-        events = encoder.deltas(text, generated)
+        events = encoder.deltas(text, generated, generated <= self.reasoning)
         tokens = [0] * (len(events) - 1)
         tokens.append(self.pending)
         self.pending = 0
@@ -209,11 +216,12 @@ class Generation:
             events.append(MALFORMED)
             tokens.append(0)
         if done:
+            thought = min(self.reasoning, generated)
             whole = (
-                self.app.text.text(self.text_start, generated).decode()
+                self.app.text.text(self.text_start + thought, generated - thought).decode()
                 if self.params.kind == "responses"
                 else ""
-            )  # the Responses API repeats the whole text at its end
+            )  # the Responses API repeats the whole answer at its end
             end = encoder.closing(self._finish_reason(seq), generated, self.params.include_usage,
                                   whole)  # fmt: skip
             events += end
@@ -258,13 +266,15 @@ class Generation:
 
     def _finish_whole(self, seq: Sequence) -> None:
         params = self.params
-        text = self.app.text.text(self.text_pos, seq.generated).decode()
+        thought = min(self.reasoning, seq.generated)
+        reasoning = self.app.text.text(self.text_pos, thought).decode()
+        text = self.app.text.text(self.text_pos + thought, seq.generated - thought).decode()
         reason = self._finish_reason(seq)
         if params.kind in ("responses", "messages"):
             encoder = self._encoder()
             assert not isinstance(encoder, ChunkEncoder)
             encoder.set_cached(seq.cached_tokens or 0)
-            self._respond_whole(encoder.whole(reason, seq.generated, text), seq)
+            self._respond_whole(encoder.whole(reason, seq.generated, text, reasoning), seq)
             return
         choice: dict[str, Any] = {"index": 0}
         call = self.tool_call
@@ -278,9 +288,11 @@ class Generation:
             obj = "chat.completion"
         elif params.kind == "chat":
             choice["message"] = {"role": "assistant", "content": text}
+            if reasoning:
+                choice["message"]["reasoning_content"] = reasoning
             obj = "chat.completion"
         else:
-            choice["text"] = text
+            choice["text"] = reasoning + text  # completions have no reasoning field
             obj = "text_completion"
         choice["logprobs"] = None
         choice["finish_reason"] = reason
@@ -295,6 +307,7 @@ class Generation:
                 "total_tokens": params.prompt_tokens + seq.generated,
                 "completion_tokens": seq.generated,
                 "prompt_tokens_details": {"cached_tokens": seq.cached_tokens or 0},
+                "completion_tokens_details": {"reasoning_tokens": thought},
             },
         }
         self._respond_whole(body, seq)
@@ -365,6 +378,7 @@ class Generation:
                 "completion_tokens": seq.generated,
                 "cached_tokens": seq.cached_tokens,
                 "tool_call": self.tool_call is not None,
+                "reasoning_tokens": min(self.reasoning, seq.generated),
                 "finish_reason": self._finish_reason(seq) if finished else None,
                 "faults": self.plan.names,
                 "headers_offset_ns": self.headers_offset_ns,

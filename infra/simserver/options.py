@@ -122,6 +122,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of chat requests with `tools` answered by a tool call (default 0.5)",
     )
 
+    opt(
+        "--reasoning-tokens",
+        metavar="K|A-B",
+        help="a reasoning phase: the first K (or A..B, drawn per request) output tokens of "
+        "each answer that is not a tool call are reasoning, streamed as chat's "
+        "reasoning_content, the Responses API's reasoning_text deltas or Messages' thinking; "
+        "they count in the output and its cap (default: none)",
+    )
+
     opt = _adder(parser.add_argument_group("tracing (OpenTelemetry, as vLLM)"))
     opt(
         "--otlp-traces-endpoint",
@@ -211,6 +220,9 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             capacity_tokens=args.prefix_cache_tokens,
         ),
         tool_call_rate=args.tool_call_rate,
+        reasoning_tokens=None
+        if args.reasoning_tokens is None
+        else IntDist.parse(args.reasoning_tokens, minimum=0, what="--reasoning-tokens"),
         otlp_traces_endpoint=args.otlp_traces_endpoint or None,
         otlp_service_name=args.otlp_service_name,
         faults=FaultConfig(

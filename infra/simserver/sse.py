@@ -43,6 +43,8 @@ class ChunkEncoder:
         "_details",
         "_continuous",
         "_call_open",
+        "_reasoning_open",
+        "_reasoning",
     )
 
     def __init__(
@@ -54,6 +56,7 @@ class ChunkEncoder:
         prompt_tokens: int,
         continuous_usage: bool,
         tool_call: ToolCall | None = None,
+        reasoning: int = 0,
     ) -> None:
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         common = b'{"id":%b,"object":"%b","created":%d,"model":%b,' % (
@@ -93,6 +96,12 @@ class ChunkEncoder:
             self._content_open = self._head + b'"text":"'
             self._content_close = b'","logprobs":null,"finish_reason":null}]'
             self._finish_open = self._head + b'"text":"","logprobs":null,"finish_reason":"'
+        # reasoning (chat): delta.reasoning_content, as vLLM's reasoning parsers stream it;
+        # completions have no such field: their reasoning is text
+        self._reasoning_open = (
+            self._head + b'"delta":{"reasoning_content":"' if kind == "chat" else self._content_open
+        )
+        self._reasoning = reasoning
         self._finish_close = b'","stop_reason":null}]'
         self._usage_open = b"data: " + common + b'"choices":[]'
         self._prompt_tokens = prompt_tokens
@@ -106,11 +115,16 @@ class ChunkEncoder:
 
     def _usage(self, completion_tokens: int) -> bytes:
         p = self._prompt_tokens
+        details = self._details
+        if self._reasoning:
+            details += b',"completion_tokens_details":{"reasoning_tokens":%d}' % min(
+                self._reasoning, completion_tokens
+            )
         return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
             p,
             p + completion_tokens,
             completion_tokens,
-            self._details,
+            details,
         )
 
     def _tail(self, completion_tokens: int) -> bytes:
@@ -145,7 +159,11 @@ class ChunkEncoder:
         role = self.role()
         return [] if role is None else [role]
 
-    def deltas(self, text: bytes, completion_tokens: int) -> list[bytes]:
+    def deltas(self, text: bytes, completion_tokens: int, reasoning: bool = False) -> list[bytes]:
+        if reasoning:
+            return [
+                self._reasoning_open + text + self._content_close + self._tail(completion_tokens)
+            ]
         return [self.content(text, completion_tokens)]
 
     def closing(self, reason: str, completion_tokens: int, include_usage: bool,

@@ -179,3 +179,26 @@ def test_the_builtin_endpoints_ask_the_simulator_in_their_own_shapes(tmp_path: P
             assert truth[rid]["prompt_tokens"] == ok.loc[rid, "prompt_tokens"]
             assert truth[rid]["stream"] is False
         assert json.dumps(sorted(set(requests["endpoint"]))) == json.dumps([endpoint])
+
+
+def test_the_simulators_reasoning_phase_on_every_endpoint(tmp_path: Path) -> None:
+    """`llmload sim --reasoning-tokens 3`: each answer's first three tokens are reasoning
+    (chat's reasoning_content, the Responses API's reasoning_text deltas, Messages' thinking),
+    read as reasoning chunks before the content; the first token is the first reasoning one,
+    the first content comes after."""
+    for endpoint in ("chat", "responses", "messages"):
+        with start_sim(tmp_path / endpoint / "sim", "--reasoning-tokens", "3") as sim:
+            result = run_locust(sim.url, tmp_path / endpoint / "runs", "--endpoint", endpoint,
+                                "--steps", "1", *STEPS, "--workload", "D(8,7)")  # fmt: skip
+            truth = sim.truth()
+        assert result.returncode == 0, result.output
+        requests, chunks, _ = result.events()
+        ok = requests[requests["status"] == "ok"].set_index("request_id")
+        assert len(ok) > 0 and (ok["completion_tokens"] == 7).all(), endpoint
+        kinds = chunks.sort_values(["request_id", "seq"]).groupby("request_id")["kind"].apply(list)
+        for rid in ok.index:
+            assert truth[rid]["reasoning_tokens"] == 3
+            assert kinds[rid] == ["reasoning"] * 3 + ["content"] * 4, (endpoint, kinds[rid])
+        # the same instant only when the two events came in one read
+        after = ok["first_content_ns"] - ok["first_token_ns"]
+        assert (after >= 0).all() and (after > 0).mean() > 0.5, endpoint

@@ -287,3 +287,34 @@ def test_continuous_usage_on_is_refused_for_the_apis_without_it() -> None:
     assert from_parsed(parsed_options(endpoint="completions", continuous_usage="on")).path == (
         "/v1/completions"
     )
+
+
+@pytest.mark.parametrize("encoder, adapter", [
+    (ResponsesEncoder("resp_5", "m", 5, None, reasoning=2), ResponsesAdapter()),
+    (MessagesEncoder("msg_5", "m", 5, None, reasoning=2), MessagesAdapter()),
+])  # fmt: skip
+def test_a_reasoning_phase_streams_before_the_answer(encoder: ResponsesEncoder | MessagesEncoder,
+                                                    adapter: StreamAdapter) -> None:  # fmt: skip
+    """The simulator's reasoning phase (`--reasoning-tokens`): reasoning deltas, then the
+    answer's item or block at index 1; read as reasoning chunks, then content."""
+    blocks = encoder.opening()
+    words = [b" r1", b" r2", b" a1", b" a2", b" a3"]
+    for i, word in enumerate(words, start=1):
+        blocks += encoder.deltas(word, i, reasoning=i <= 2)
+    blocks += encoder.closing("stop", 5, True, " a1 a2 a3")
+    events = datas(blocks)
+    rec = run(AdapterState(record(), adapter, None), events)
+    assert rec.status == "ok", rec.error_detail
+    assert rec.chunk_kinds == ["reasoning", "reasoning", "content", "content", "content"]
+    assert rec.first_token_ns < rec.first_content_ns and rec.completion_tokens == 5
+    last = json.loads(events[-2] if isinstance(encoder, MessagesEncoder) else events[-1])
+    if isinstance(encoder, ResponsesEncoder):  # the reasoning item, then the message
+        output = last["response"]["output"]
+        assert [o["type"] for o in output] == ["reasoning", "message"]
+        assert output[0]["content"][0]["text"] == " r1 r2"
+        assert last["response"]["usage"]["output_tokens_details"]["reasoning_tokens"] == 2
+    body = encoder.whole("stop", 5, " a1 a2 a3", " r1 r2")
+    whole = record(stream=False)
+    whole.end_ns = 9
+    parse_adapted_body(whole, json.dumps(body).encode(), type(adapter)(), None)
+    assert whole.completion_tokens == 5 and whole.first_content_ns == 9
