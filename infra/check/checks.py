@@ -18,6 +18,7 @@ except bad input: a `--model` the server refuses and does not list raises UsageE
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,8 @@ from typing import Any, Final
 from analysis.kernel.prometheus import RUNNING_NAMES
 from infra.check.client import Answer, StreamAnswer, Target
 from infra.check.metrics import read_gauge, wait_until
+from locustfiles.options.options import ENDPOINT_PATHS
+from locustfiles.request.adapters import BUILTIN_ADAPTERS
 
 INPUT_REJECTED: Final = (400, 413, 422)
 DEFAULT_BAD_INPUT_WORDS: Final = 200_000
@@ -58,7 +61,13 @@ class CheckConfig:
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self.chat else "/v1/completions"
+        return ENDPOINT_PATHS[self.endpoint]
+
+    @property
+    def openai(self) -> bool:
+        """Chat or completions (stream options, `choices`); else the Responses or Messages
+        API, read by its built-in stream adapter."""
+        return self.endpoint in ("chat", "completions")
 
 
 @dataclass
@@ -132,11 +141,14 @@ class Checker:
         self.gauges = (config.running_metric,) if config.running_metric else RUNNING_NAMES
 
     def body(self, prompt: str, max_tokens: int, stream: bool, **extra: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"max_tokens": max_tokens, "stream": stream, **extra}
+        cap = "max_output_tokens" if self.config.endpoint == "responses" else "max_tokens"
+        out: dict[str, Any] = {cap: max_tokens, "stream": stream, **extra}
         if self.learned.model:
             out["model"] = self.learned.model
-        if self.config.chat:
+        if self.config.endpoint in ("chat", "messages"):
             out["messages"] = [{"role": "user", "content": prompt}]
+        elif self.config.endpoint == "responses":
+            out["input"] = prompt
         else:
             out["prompt"] = prompt
         return out
@@ -218,7 +230,8 @@ class Checker:
         answer = self.target.post(self.config.path, self.body(PROMPT, 8, False, ignore_eos=True))
         if answer.ok:
             usage = answer.body.get("usage") if isinstance(answer.body, dict) else None
-            tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            usage = usage if isinstance(usage, dict) else {}
+            tokens = usage.get("completion_tokens", usage.get("output_tokens"))
             self.learned.ignore_eos = "accepted" if tokens in (8, None) else "ignored"
         elif answer.status is not None and 400 <= answer.status < 500:
             self.learned.ignore_eos = f"rejected (HTTP {answer.status})"
@@ -273,16 +286,23 @@ class Checker:
             late = answer.status is None and (answer.error or "").startswith("timeout")
             return CheckResult("non-streaming", "fail", _http(answer), data=data, timed_out=late)
         try:
-            choice = answer.body["choices"][0]
-            text = (
-                (choice.get("message") or {}).get("content")
-                if self.config.chat
-                else choice.get("text")
-            )
-        except (TypeError, KeyError, IndexError, AttributeError):
+            if self.config.openai:
+                choice = answer.body["choices"][0]
+                text = (
+                    (choice.get("message") or {}).get("content")
+                    if self.config.chat
+                    else choice.get("text")
+                )
+                usage = answer.body.get("usage")
+                tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            else:  # the API's own body, read by its built-in adapter
+                raw = json.dumps(answer.body).encode()
+                delta = BUILTIN_ADAPTERS[self.config.endpoint]().on_body(raw)
+                if delta.error:
+                    raise ValueError(delta.error)
+                text, tokens = delta.text, delta.output_tokens
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError):
             return CheckResult("non-streaming", "fail", "HTTP 200 but not a completion", data=data)
-        usage = answer.body.get("usage") if isinstance(answer.body.get("usage"), dict) else {}
-        tokens = usage.get("completion_tokens")
         data["completion_tokens"] = tokens
         said = f"{tokens} output tokens" if tokens is not None else "no usage"
         empty = "" if text else ", empty content"
@@ -294,16 +314,19 @@ class Checker:
         )
 
     def streaming(self) -> CheckResult:
-        options = {"stream_options": {"include_usage": True}}
-        answer = self.target.stream(
-            self.config.path, self.body(PROMPT, 32, True, **options), self.config.chat
-        )
-        if answer.status in INPUT_REJECTED:  # stream_options not understood: try without
-            self.learned.stream_options = f"rejected (HTTP {answer.status})"
+        endpoint = self.config.endpoint
+        if not self.config.openai:  # these APIs end their streams with the usage
+            answer = self.target.stream(self.config.path, self.body(PROMPT, 32, True), endpoint)
+            self.learned.stream_options = f"none ({endpoint} API)"
+        else:
+            options = {"stream_options": {"include_usage": True}}
             answer = self.target.stream(
-                self.config.path, self.body(PROMPT, 32, True), self.config.chat
+                self.config.path, self.body(PROMPT, 32, True, **options), endpoint
             )
-        elif answer.status == 200:
+        if self.config.openai and answer.status in INPUT_REJECTED:  # options not understood
+            self.learned.stream_options = f"rejected (HTTP {answer.status})"
+            answer = self.target.stream(self.config.path, self.body(PROMPT, 32, True), endpoint)
+        elif self.config.openai and answer.status == 200:
             self.learned.stream_options = "accepted"
         data = _stream_data(answer)
         if answer.error_kind is not None:
@@ -367,7 +390,7 @@ class Checker:
 
         n = self.config.cancel_after_tokens
         answer = self.target.stream(
-            self.config.path, self.body(PROMPT, max_tokens, True, **extra), self.config.chat,
+            self.config.path, self.body(PROMPT, max_tokens, True, **extra), self.config.endpoint,
             cancel_after_tokens=n, on_cancel_point=at_cancel_point,
         )  # fmt: skip
         data: dict[str, Any] = {"max_tokens": max_tokens, "cancel_after_tokens": n}

@@ -159,7 +159,7 @@ class Target:
         self,
         path: str,
         body: dict[str, Any],
-        chat: bool,
+        chat: bool | str,  # chat (True), completions (False), or the --endpoint's name
         cancel_after_tokens: int | None = None,
         on_cancel_point: Any = None,
     ) -> StreamAnswer:
@@ -172,9 +172,10 @@ class Target:
         headers = self._headers()
         record = RequestRecord(
             request_id=headers["X-Request-Id"], step=0, concurrency=1, cold=False,
-            scenario="check", endpoint="chat" if chat else "completions",
+            scenario="check",
+            endpoint=chat if isinstance(chat, str) else "chat" if chat else "completions",
             model=body.get("model"), stream=True, prompt_tokens_requested=None,
-            max_tokens=body.get("max_tokens"), prompt_sha256="",
+            max_tokens=body.get("max_tokens", body.get("max_output_tokens")), prompt_sha256="",
         )  # fmt: skip
         limits = Limits(connect_timeout=self.timeout, request_timeout=self.timeout * WHOLE,
                         ttft_timeout=self.timeout, stall_timeout=None,

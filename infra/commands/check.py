@@ -36,8 +36,10 @@ def register(sub: Any) -> None:
         "--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
         help="environment variable holding the API key, sent as a Bearer token (default OPENAI_API_KEY)",
     )  # fmt: skip
-    parser.add_argument("--endpoint", default="chat", choices=["chat", "completions"],
-                        help="chat: /v1/chat/completions (default), completions: /v1/completions")  # fmt: skip
+    parser.add_argument("--endpoint", default="chat",
+                        choices=["chat", "completions", "responses", "messages"],
+                        help="chat: /v1/chat/completions (default), completions: /v1/completions, "
+                        "responses: /v1/responses, messages: /v1/messages (Anthropic-style)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="seconds each request may take (a stream: to its first token, and each read; 10x in all) (default 60)")  # fmt: skip
     parser.add_argument("--wait-ready", action="store_true",
@@ -74,7 +76,9 @@ def _base_url(url: str, endpoint: str) -> str:
     from locustfiles.options.parsers import base_url_problem
 
     _http_url(url)
-    adds = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    from locustfiles.options.options import ENDPOINT_PATHS
+
+    adds = ENDPOINT_PATHS[endpoint]
     found = base_url_problem(url, adds)
     if found is not None:
         raise UsageError(f"URL {url!r} {found[0]}: llmload check {found[1]}")

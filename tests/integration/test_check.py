@@ -55,6 +55,28 @@ def test_every_check_passes_against_the_simulator(
     assert "simulated        YES" in text and "all required checks passed" in text
 
 
+@pytest.mark.parametrize("endpoint", ["responses", "messages"])
+def test_every_check_passes_on_the_responses_and_messages_apis(
+    sim_factory: SimFactory, capsys: pytest.CaptureFixture[str], endpoint: str
+) -> None:
+    """The same four checks on the simulator's Responses and Messages APIs, their streams and
+    bodies read by llmload's built-in adapters (docs/extending.md)."""
+    sim = sim_factory()
+    code, result = check(capsys, f"http://127.0.0.1:{sim.port}", "--endpoint", endpoint)
+    assert code == 0 and result["ok"] is True, result
+    checks = by_name(result)
+    assert {c["status"] for c in checks.values()} == {"pass"}
+    assert checks["non-streaming"]["data"]["completion_tokens"] == 16
+    assert checks["bad input"]["data"]["http_status"] == 400
+    assert checks["cancellation"]["data"]["running_during"] == (
+        checks["cancellation"]["data"]["baseline"] + 1
+    )
+    learned = result["learned"]
+    assert learned["ignore_eos"] == "accepted" and learned["usage_in_stream"] is True
+    assert learned["stream_options"] == f"none ({endpoint} API)"
+    assert sim.metrics()["llmload_sim_requests_cancelled_total"] == 1
+
+
 def test_http_500_fails_the_request_checks(
     sim_factory: SimFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
