@@ -10,6 +10,7 @@ piece the others it needs, and registers their handlers with Locust.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from dataclasses import dataclass
@@ -160,6 +161,7 @@ class ChatUser(LlmUser):
 _HOOKS = ("login", "build_request", "stream_adapter")
 
 
+@functools.cache  # a class's answer, once: the closed loop asks before every request
 def own_hooks(cls: type) -> bool:
     """Whether a user class overrides any hook or names its endpoint: its requests go by
     its hooks (else the built-in endpoint's fast path)."""
@@ -168,6 +170,7 @@ def own_hooks(cls: type) -> bool:
     )
 
 
+@functools.cache
 def own_request(cls: type) -> bool:
     """Whether a user class says itself what to send or how to read it: then it speaks to a
     service of its own, which the OpenAI probes and preflight checks do not ask."""

@@ -53,7 +53,7 @@ from locustfiles.run.probe import (
     served_models,
 )
 from locustfiles.run.secrets import redact, run_secrets
-from locustfiles.run.service import Ask, Http, Service, ensure_login
+from locustfiles.run.service import Ask, HookFailed, Service, prepare
 from locustfiles.sink.checks import check_spool, check_takes_files, store_reason
 from locustfiles.sink.eventsink import default_spool_dir
 from locustfiles.traffic.prompts import PromptBuilder
@@ -318,29 +318,21 @@ def check_service_request(host: str, options: ChatOptions, service: Service) -> 
     limits = first_request_limits(options)
     secrets = run_secrets(options.api_key_env)
     rid = new_probe_id()
-    record = RequestRecord(rid, -1, 1, False, "probe", options.endpoint,
+    record = RequestRecord(rid, -1, 1, False, "probe", service.endpoint_name() or options.endpoint,
                            options.model_mix.first, options.stream, None, 1, "")  # fmt: skip
-    record.endpoint = service.endpoint_name() or options.endpoint
     pool = new_pool()
-    hook = "login"
     try:
+        ask = Ask(rid, "hi", None, 1, options.model_mix.first, options.stream, "probe", 1)
         try:
-            ensure_login(service, Http(pool, host, limits.read_timeout or PROBE_TIMEOUT_S))
-            hook = "build_request"
-            ask = Ask(rid, "hi", None, 1, options.model_mix.first, options.stream, "probe", 1)
-            request = service.build_request(ask)
-            hook = "stream_adapter"
-            adapter = service.stream_adapter()
-        except Exception as exc:
+            request, adapter = prepare(service, pool, host, limits.read_timeout or PROBE_TIMEOUT_S,
+                                       ask)  # fmt: skip
+        except HookFailed as failed:
             raise UsageError(
-                f"{owner}.{hook} failed before the run's first request "
-                f"({redact(describe(exc), secrets)}): fix the hook (docs/extending.md)"
+                f"{failed} failed before the run's first request "
+                f"({redact(describe(failed.error), secrets)}): fix the hook (docs/extending.md)"
             ) from None
-        url = request.path
-        if not url.startswith(("http://", "https://")):
-            url = host.rstrip("/") + url
         headers = {**probe_headers(rid, options.api_key()), **request.headers}
-        execute(pool, url, request.body, headers, record, limits, adapter=adapter)
+        execute(pool, request.url(host), request.body, headers, record, limits, adapter=adapter)
     finally:
         pool.clear()
     outcome = redact(record_outcome(record), secrets)

@@ -36,6 +36,8 @@ from locustfiles.request.stream import (
     StreamFailure,
     StreamState,
     count_of,
+    error_text,
+    json_object,
     note_cached_tokens,
     tool_call_deltas,
 )
@@ -45,8 +47,6 @@ log = logging.getLogger("llmload.adapters")
 
 Framing = Literal["sse", "lines"]
 """How a response body splits into events: SSE events (their `data`), or text lines."""
-
-FRAMINGS: tuple[str, ...] = ("sse", "lines")
 
 _SHAPE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError)
 
@@ -176,23 +176,28 @@ class AdapterState(StreamState):
         if self.exact:  # events counted one by one: a total says nothing of this event
             usage_delta = None
         if delta.prompt_tokens is not None:
-            rec.prompt_tokens = count_of(
-                "prompt_tokens", _int("prompt_tokens", delta.prompt_tokens)
-            )
+            rec.prompt_tokens = _count("prompt_tokens", delta.prompt_tokens)
         if delta.cached_tokens is not None:
             note_cached_tokens(rec, _int("cached_tokens", delta.cached_tokens))
         calls = tool_call_deltas(rec, delta.tool_calls) if delta.tool_calls else ""
         if delta.done:
             self.done = True
-        tokens = None if delta.tokens is None else count_of("tokens", _int("tokens", delta.tokens))
+        tokens = None if delta.tokens is None else _count("tokens", delta.tokens)
         self._output(delta.text or "", delta.reasoning or "", calls, delta.finish, usage_delta,
                      t, tokens)  # fmt: skip
 
 
 def _int(name: str, value: Any) -> int:
+    """A count an adapter gave is an int, else the request is `invalid_usage` (its range is
+    checked where it is used: stream.count_of)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise StreamFailure("invalid_usage", f"{name} {value!r} is not a token count")
     return value
+
+
+def _count(name: str, value: Any) -> int:
+    """An int in the row's range (stream.count_of), else `invalid_usage`."""
+    return count_of(name, _int(name, value))
 
 
 def parse_adapted_body(
@@ -213,13 +218,11 @@ def parse_adapted_body(
     if delta.text and record.reply_parts is not None:
         record.reply_parts.append(delta.text)
     if delta.prompt_tokens is not None:
-        record.prompt_tokens = count_of("prompt_tokens", _int("prompt_tokens", delta.prompt_tokens))
+        record.prompt_tokens = _count("prompt_tokens", delta.prompt_tokens)
     if delta.cached_tokens is not None:
         note_cached_tokens(record, _int("cached_tokens", delta.cached_tokens))
     if delta.output_tokens is not None:
-        record.completion_tokens = count_of(
-            "output_tokens", _int("output_tokens", delta.output_tokens)
-        )
+        record.completion_tokens = _count("output_tokens", delta.output_tokens)
         record.output_tokens_source = "usage"
     elif counter is not None:
         record.chunk_tokens = []
@@ -232,22 +235,6 @@ def parse_adapted_body(
 
 
 # -- the OpenAI Responses API ---------------------------------------------------------------
-
-
-def _loads(data: bytes) -> Any:
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        raise StreamFailure("malformed_event", f"event is not JSON: {bytes(data[:80])!r}") from None
-    if not isinstance(obj, dict):
-        raise StreamFailure("malformed_event", f"event is not a JSON object: {bytes(data[:80])!r}")
-    return obj
-
-
-def _error_text(err: Any) -> str:
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)
-    return str(err)
 
 
 _RESPONSES_FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
@@ -268,7 +255,7 @@ class ResponsesAdapter(StreamAdapter):
         self.calls: dict[str, int] = {}  # output item id -> tool-call index
 
     def on_event(self, data: bytes) -> Delta | None:
-        obj = _loads(data)
+        obj = json_object(data)
         kind = obj.get("type")
         if kind == "response.output_text.delta":
             return Delta(text=obj["delta"])
@@ -293,9 +280,9 @@ class ResponsesAdapter(StreamAdapter):
             return self._end(obj.get("response") or {}, kind == "response.completed")
         if kind == "response.failed":
             response = obj.get("response") or {}
-            return Delta(error=_error_text(response.get("error") or "response.failed"))
+            return Delta(error=error_text(response.get("error") or "response.failed"))
         if kind == "error":
-            return Delta(error=_error_text(obj.get("error") or obj.get("message") or obj))
+            return Delta(error=error_text(obj.get("error") or obj.get("message") or obj))
         return None
 
     def _end(self, response: dict[str, Any], completed: bool) -> Delta:
@@ -312,9 +299,9 @@ class ResponsesAdapter(StreamAdapter):
                      done=True)  # fmt: skip
 
     def on_body(self, body: bytes) -> Delta:
-        obj = _loads(body)
+        obj = json_object(body)
         if obj.get("error"):
-            return Delta(error=_error_text(obj["error"]))
+            return Delta(error=error_text(obj["error"]))
         text, reasoning = "", ""
         calls: list[dict[str, Any]] = []
         for item in obj["output"]:
@@ -366,7 +353,7 @@ class MessagesAdapter(StreamAdapter):
         self.blocks: dict[int, int] = {}  # content block index -> tool-call index
 
     def on_event(self, data: bytes) -> Delta | None:
-        obj = _loads(data)
+        obj = json_object(data)
         kind = obj.get("type")
         if kind == "content_block_delta":
             delta = obj["delta"]
@@ -401,13 +388,13 @@ class MessagesAdapter(StreamAdapter):
         if kind == "message_stop":
             return Delta(done=True)
         if kind == "error":
-            return Delta(error=_error_text(obj.get("error") or obj))
+            return Delta(error=error_text(obj.get("error") or obj))
         return None  # ping, content_block_stop
 
     def on_body(self, body: bytes) -> Delta:
-        obj = _loads(body)
+        obj = json_object(body)
         if obj.get("type") == "error" or obj.get("error"):
-            return Delta(error=_error_text(obj.get("error") or obj))
+            return Delta(error=error_text(obj.get("error") or obj))
         text, reasoning = "", ""
         calls: list[dict[str, Any]] = []
         for block in obj["content"]:

@@ -108,6 +108,21 @@ def _loads(data: bytes | str) -> Any:
         raise StreamFailure("malformed_event", "event nests too deeply") from None
 
 
+def json_object(data: bytes | str) -> dict[str, Any]:
+    """An event's data as a JSON object (`_loads`); anything else is `malformed_event`."""
+    obj = _loads(data)
+    if not isinstance(obj, dict):
+        raise StreamFailure("malformed_event", f"event is not a JSON object: {_text(data)[:80]!r}")
+    return obj
+
+
+def error_text(err: Any) -> str:
+    """What an error object in a stream says: its message, else its type, else itself."""
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or err)
+    return str(err)
+
+
 class StreamFailure(Exception):
     """The stream cannot be trusted from here on (kind is an error kind of schema v1)."""
 
@@ -115,12 +130,6 @@ class StreamFailure(Exception):
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
-
-
-def _error_text(err: Any) -> str:
-    if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or err)
-    return str(err)
 
 
 class StreamState:
@@ -157,13 +166,9 @@ class StreamState:
             else:
                 self._on_chunk(chunk, t)
                 return
-        obj = _loads(data)
-        if not isinstance(obj, dict):
-            raise StreamFailure(
-                "malformed_event", f"event is not a JSON object: {_text(data)[:80]!r}"
-            )
+        obj = json_object(data)
         if obj.get("error"):
-            raise StreamFailure("stream_error", _error_text(obj["error"]))
+            raise StreamFailure("stream_error", error_text(obj["error"]))
         if rec.server_request_id is None and isinstance(obj.get("id"), str):
             rec.server_request_id = obj["id"]
         usage_delta = None
@@ -203,7 +208,7 @@ class StreamState:
         attributes instead of dict lookups."""
         rec = self.record
         if chunk.error:
-            raise StreamFailure("stream_error", _error_text(chunk.error))
+            raise StreamFailure("stream_error", error_text(chunk.error))
         if rec.server_request_id is None and isinstance(chunk.id, str):
             rec.server_request_id = chunk.id
         usage_delta = None

@@ -84,11 +84,15 @@ def endpoint_tools(endpoint: str, tools: list[dict[str, Any]]) -> list[dict[str,
     return tools
 
 
+def _system_text(messages: list[dict[str, Any]]) -> str:
+    """The system messages' contents, joined by new lines (both APIs take them apart)."""
+    return "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+
+
 def responses_input(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """Chat messages as Responses input items: (instructions from system messages, items);
     an assistant's tool calls are `function_call` items, tool results `function_call_output`."""
-    instructions = "\n".join(str(m.get("content") or "") for m in messages
-                             if m.get("role") == "system")  # fmt: skip
+    instructions = _system_text(messages)
     items: list[dict[str, Any]] = []
     for m in messages:
         role = m.get("role")
@@ -112,7 +116,7 @@ def anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[s
     """Chat messages in Anthropic's shape: (the system prompt, user and assistant turns); an
     assistant's tool calls are `tool_use` blocks, tool results `tool_result` blocks of a
     user turn (consecutive results in one turn)."""
-    system = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    system = _system_text(messages)
     turns: list[dict[str, Any]] = []
     for m in messages:
         role = m.get("role")

@@ -24,7 +24,6 @@ arrivals, one after another, and a session's turns share it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,7 +32,8 @@ import urllib3
 from locustfiles.request.adapters import StreamAdapter
 from locustfiles.request.exchange import HttpStatusError, Reply, exchange
 
-__all__ = ["Ask", "Http", "HttpRequest", "HttpStatusError", "Reply", "Service", "ensure_login"]
+__all__ = ["Ask", "HookFailed", "Http", "HttpRequest", "HttpStatusError", "Reply", "Service",
+           "join_url", "prepare"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,15 @@ class HttpRequest:
     body: dict[str, Any] | bytes
     headers: dict[str, str] = field(default_factory=dict)
 
+    def url(self, base_url: str) -> str:
+        """Where it goes: `path` on `base_url`, or `path` itself when it is a whole URL."""
+        return join_url(base_url, self.path)
+
+
+def join_url(base_url: str, path: str) -> str:
+    """`path` on the target's base URL, or `path` itself when it is a whole http(s) URL."""
+    return path if path.startswith(("http://", "https://")) else base_url.rstrip("/") + path
+
 
 class Http:
     """A small HTTP client on the user's own connection pool for the `login` hook: each call
@@ -91,7 +100,7 @@ class Http:
         self.timeout = timeout
 
     def url(self, path: str) -> str:
-        return path if path.startswith(("http://", "https://")) else self.base_url + path
+        return join_url(self.base_url, path)
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> Reply:
         return exchange(self._pool, "GET", self.url(path), None, headers, self.timeout)
@@ -109,7 +118,7 @@ class Service:
     requests (the built-in: --endpoint's)."""
 
     endpoint: ClassVar[str | None] = None
-    _llmload_login_at: float | None = None  # when the login hook last succeeded
+    _llmload_logged_in = False  # the login hook succeeded (set on the instance)
 
     def login(self, http: Http) -> None:
         """A per-user start-up step (fetch a token, open a session); by default none."""
@@ -128,8 +137,31 @@ class Service:
         return type(self).endpoint or type(self).__name__.lower()
 
 
-def ensure_login(service: Service, http: Http) -> None:
-    """The service's login hook, once (again after one that raised)."""
-    if service._llmload_login_at is None:
-        service.login(http)
-        service._llmload_login_at = time.monotonic()
+class HookFailed(Exception):
+    """A service's hook raised (`prepare`): which hook, and what it raised (`error`)."""
+
+    def __init__(self, owner: str, hook: str, error: Exception) -> None:
+        super().__init__(f"{owner}.{hook}")
+        self.owner = owner
+        self.hook = hook
+        self.error = error
+
+
+def prepare(service: Service, pool: urllib3.PoolManager, base_url: str, login_timeout: float,
+            ask: Ask) -> tuple[HttpRequest, StreamAdapter | None]:  # fmt: skip
+    """One request by a service's hooks: its login (once per service; again after one that
+    raised), what to send and the adapter that reads it. A hook that raises is HookFailed,
+    naming the hook and what it raised; the worker and the preflight each say it their
+    way. GreenletExit (the run stopping) passes through as it is."""
+    owner = type(service).__name__
+    hook = "login"
+    try:
+        if not service._llmload_logged_in:
+            service.login(Http(pool, base_url, login_timeout))
+            service._llmload_logged_in = True
+        hook = "build_request"
+        request = service.build_request(ask)
+        hook = "stream_adapter"
+        return request, service.stream_adapter()
+    except Exception as exc:
+        raise HookFailed(owner, hook, exc) from exc

@@ -19,7 +19,6 @@ from typing import Any
 import gevent
 import gevent.lock
 import urllib3
-from gevent import GreenletExit
 
 from locustfiles.live.groups import Observer, Recorder
 from locustfiles.options.options import ChatOptions
@@ -36,7 +35,7 @@ from locustfiles.request.record import RequestRecord, new_request_id
 from locustfiles.request.sse import kernel_skew_ns
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, redact_logs, run_secrets
-from locustfiles.run.service import Ask, Http, Service, ensure_login
+from locustfiles.run.service import Ask, HookFailed, Service, prepare
 from locustfiles.sink.eventsink import EventSink, SinkConfig
 from locustfiles.sink.warmup import (
     freeze_gc,
@@ -295,28 +294,19 @@ class WorkerContext:
         """One request by a service's hooks: its login (once), what to send, how to read it.
         A hook that raises fails the request as data (`hook_failure`), never the worker."""
         record.endpoint = service.endpoint_name() or record.endpoint
-        hook = "login"
+        base = self.target.base_url
+        login_timeout = self.limits.connect_timeout + (self.limits.request_timeout or 600.0)
         try:
-            ensure_login(service, Http(pool, self.target.base_url, self.limits.connect_timeout
-                                       + (self.limits.request_timeout or 600.0)))  # fmt: skip
-            hook = "build_request"
-            request = service.build_request(ask)
-            hook = "stream_adapter"
-            adapter = service.stream_adapter()
-        except GreenletExit:
-            raise
-        except Exception as exc:
+            request, adapter = prepare(service, pool, base, login_timeout, ask)
+        except HookFailed as failed:
             record.sent_at_ns = time.time_ns()
             record.end_ns = 0
-            hook_failure(record, type(service).__name__, hook, exc)
+            hook_failure(record, failed.owner, failed.hook, failed.error)
             record.finish()
             return
-        url = request.path
-        if not url.startswith(("http://", "https://")):
-            url = self.target.base_url + url
         headers = {**self.target.headers(record.request_id), **request.headers}
-        execute(pool, url, request.body, headers, record, self.limits, self.build.counter, cancel,
-                adapter=adapter)  # fmt: skip
+        execute(pool, request.url(base), request.body, headers, record, self.limits,
+                self.build.counter, cancel, adapter=adapter)  # fmt: skip
 
     def _check_refused(self, record: RequestRecord) -> None:
         """Until a request is answered otherwise: REFUSED_AT_START refusals stop the run (a
