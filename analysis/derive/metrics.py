@@ -5,6 +5,9 @@ Definitions (client view; docs/metrics.md has the formulas and the handbook's wo
 - TTFE  = first event − send        (any SSE event, possibly a role-only chunk)
 - TTFT  = first token − send        (first event carrying content, reasoning content or
           tool-call arguments: every chunk kind is output, none is filtered out)
+- TTFO  = first answer − send       (first event carrying content or tool-call arguments:
+          the answer the user waits for, after any reasoning; = TTFT without reasoning)
+- TTFR  = first reasoning − send    (first event carrying reasoning; missing without any)
 - E2E   = end of response − send
 - TPOT  = (last token − first token) / (output tokens − 1); missing for a single token
 - ITL   = per-token inter-token latency: a chunk of k tokens arriving Δ after the previous
@@ -31,6 +34,8 @@ NS_PER_S = 1e9
 
 # Request offsets in timeline order: each must be >= the ones before it when both are present.
 _ORDERED_OFFSETS = ("headers_ns", "first_event_ns", "first_token_ns", "last_token_ns", "end_ns")
+OUTPUT_KIND_OFFSETS: Final = ("first_content_ns", "first_reasoning_ns", "first_answer_ns")
+"""Where one kind of output began: between the first and the last token."""
 
 
 @dataclass(frozen=True)
@@ -102,17 +107,17 @@ def _raise_for(requests: pd.DataFrame, bad: np.ndarray, reason: str) -> None:
 
 def validate_request_timelines(requests: pd.DataFrame) -> None:
     """Reject impossible request rows: negative offsets or offsets out of timeline order."""
-    offsets = {c: _offset_s(requests, c) for c in (*_ORDERED_OFFSETS, "first_content_ns")}
+    offsets = {c: _offset_s(requests, c) for c in (*_ORDERED_OFFSETS, *OUTPUT_KIND_OFFSETS)}
     for column, values in offsets.items():
         _raise_for(requests, values < 0, f"{column} is negative ({column} is an offset from send)")
     for i, early in enumerate(_ORDERED_OFFSETS):
         for late in _ORDERED_OFFSETS[i + 1 :]:
             bad = offsets[early] > offsets[late]  # NaN compares False: missing is not an error
             _raise_for(requests, bad, f"{late} precedes {early}")
-    content = offsets["first_content_ns"]
     first, last = offsets["first_token_ns"], offsets["last_token_ns"]
-    _raise_for(requests, content < first, "first_content_ns precedes first_token_ns")
-    _raise_for(requests, content > last, "first_content_ns follows last_token_ns")
+    for column in OUTPUT_KIND_OFFSETS:  # each kind of output begins within the output
+        _raise_for(requests, offsets[column] < first, f"{column} precedes first_token_ns")
+        _raise_for(requests, offsets[column] > last, f"{column} follows last_token_ns")
     if "output_tokens" in requests:
         tokens = pd.to_numeric(requests["output_tokens"], errors="coerce").to_numpy(np.float64)
         _raise_for(requests, tokens < 0, "output_tokens is negative")
@@ -175,26 +180,35 @@ def _interval_samples(ridx: np.ndarray, offset: np.ndarray, tokens: np.ndarray |
     return Samples(ridx[keep], value[keep], weight[keep])
 
 
-PER_REQUEST_METRICS: Final = ("ttfe_s", "ttft_s", "tpot_s", "e2e_s", "itl_mean_s",
-                               "icl_mean_s", "output_tokens_per_s", "chunk_count",
-                               "chunk_tokens")  # fmt: skip
+PER_REQUEST_METRICS: Final = ("ttfe_s", "ttft_s", "ttfo_s", "ttfr_s", "tpot_s", "e2e_s",
+                               "itl_mean_s", "icl_mean_s", "output_tokens_per_s",
+                               "answer_tokens", "chunk_count", "chunk_tokens")  # fmt: skip
 """The per-request metric columns, in order."""
 
 
 def request_timing(requests: pd.DataFrame) -> pd.DataFrame:
-    """The metrics a request row holds alone: TTFE, TTFT, TPOT, E2E, output rate (validated:
+    """The metrics a request row holds alone: TTFE, TTFT, TTFO, TTFR, TPOT, E2E, output rate,
+    the answer's tokens (output less reasoning) (validated:
     InvalidTimelineError)."""
     validate_request_timelines(requests)
     first_token = _offset_s(requests, "first_token_ns")
     last_token = _offset_s(requests, "last_token_ns")
     end = _offset_s(requests, "end_ns")
     out = pd.to_numeric(requests["output_tokens"], errors="coerce").to_numpy(np.float64)
+    reasoning = (
+        pd.to_numeric(requests["reasoning_tokens"], errors="coerce").to_numpy(np.float64)
+        if "reasoning_tokens" in requests
+        else np.full(len(requests), np.nan)
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out >= 2, (last_token - first_token) / (out - 1), np.nan)
         rate = np.where((out >= 0) & (end > 0), out / end, np.nan)
     return pd.DataFrame(
         {"ttfe_s": _offset_s(requests, "first_event_ns"), "ttft_s": first_token,
-         "tpot_s": tpot, "e2e_s": end, "output_tokens_per_s": rate},
+         "ttfo_s": _offset_s(requests, "first_answer_ns"),
+         "ttfr_s": _offset_s(requests, "first_reasoning_ns"),
+         "tpot_s": tpot, "e2e_s": end, "output_tokens_per_s": rate,
+         "answer_tokens": out - reasoning},
         index=requests.index,
     )  # fmt: skip
 

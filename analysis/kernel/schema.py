@@ -12,7 +12,7 @@ import pyarrow as pa
 from analysis.kernel.errors import SchemaVersionError
 from analysis.kernel.layout import TABLE_NAMES
 
-SCHEMA_VERSION: Final = "1.4"
+SCHEMA_VERSION: Final = "1.5"
 """major.minor: readers accept any minor of a major they know and refuse other majors."""
 
 SUPPORTED_MAJORS: Final = frozenset({1})
@@ -95,6 +95,12 @@ _CLIENT_PHASES_1_4 = [  # the client's side of the request path, before the requ
     pa.field("client_delay_ns", pa.int64()),  # decided to send -> bytes handed to the kernel
 ]
 
+_OUTPUT_KINDS_1_5 = [  # what kind of output the answer began with: reasoning, then the answer
+    pa.field("first_reasoning_ns", pa.int64()),  # the first event carrying reasoning
+    pa.field("first_answer_ns", pa.int64()),  # the first carrying answer: content or a tool call
+    pa.field("reasoning_tokens", pa.int32()),  # of output_tokens, those that were reasoning
+]
+
 
 def _with_version(fields: list[pa.Field]) -> pa.Schema:
     return pa.schema(fields, metadata={METADATA_KEY: SCHEMA_VERSION.encode()})
@@ -116,6 +122,9 @@ SESSION_COLUMNS_1_3: Final = _names(_SESSIONS_1_3)
 CLIENT_PHASE_COLUMNS_1_4: Final = _names(_CLIENT_PHASES_1_4)
 """1.4: the request columns of the client's phases before the write (its connection, its
 own delay); `sent_at_ns` is the write itself from 1.4 on (the decision to send before)."""
+OUTPUT_KIND_COLUMNS_1_5: Final = _names(_OUTPUT_KINDS_1_5)
+"""1.5: the request columns that tell reasoning from answer: when each began (TTFR, TTFO)
+and how many of the output tokens were reasoning."""
 
 REQUESTS_SCHEMA: Final = _with_version(
     [
@@ -152,6 +161,7 @@ REQUESTS_SCHEMA: Final = _with_version(
         *_OPEN_LOOP_1_2,
         *_SESSIONS_1_3,
         *_CLIENT_PHASES_1_4,
+        *_OUTPUT_KINDS_1_5,
     ]
 )
 

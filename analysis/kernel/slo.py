@@ -3,10 +3,12 @@
 Syntax: comma-separated `name=value`, e.g. `ttft_p99=0.5,tpot_p50=50ms,e2e_p99=10,ttft=1,tpot=0.1`.
 
 - `<metric>_<stat>=<limit>` is a step objective: the step's statistic must be <= limit.
-  metric: ttft, tpot, itl, icl, e2e; stat: mean, p50, p90, p95, p99, p999, max.
+  metric: ttft, ttfo, ttfr, tpot, itl, icl, e2e; stat: mean, p50, p90, p95, p99, p999, max.
+  ttft is the first token of any kind; ttfo the first answer token (content or a tool call,
+  after any reasoning); ttfr the first reasoning token.
 - `<metric>=<limit>` is a per-request threshold (DistServe-style goodput): a request is good
-  when it succeeded and meets every threshold. metric: ttft, tpot, itl (the request's mean
-  per-token ITL), e2e. A metric a request does not have (TPOT of a one-token answer) does not
+  when it succeeded and meets every threshold. metric: ttft, ttfo, ttfr, tpot, itl (the
+  request's mean per-token ITL), e2e. A metric a request does not have (TPOT of a one-token answer) does not
   disqualify it.
 - `error_rate=<fraction>` (or `1%`) is a step objective on the step's error rate.
 
@@ -28,8 +30,9 @@ from analysis.kernel.percentiles import STATS
 if TYPE_CHECKING:
     import pandas as pd
 
-STEP_METRICS: Final = ("ttft", "tpot", "itl", "icl", "e2e")
-REQUEST_METRICS: Final = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_mean_s", "e2e": "e2e_s"}
+STEP_METRICS: Final = ("ttft", "ttfo", "ttfr", "tpot", "itl", "icl", "e2e")
+REQUEST_METRICS: Final = {"ttft": "ttft_s", "ttfo": "ttfo_s", "ttfr": "ttfr_s", "tpot": "tpot_s",
+                          "itl": "itl_mean_s", "e2e": "e2e_s"}  # fmt: skip
 """Per-request threshold name -> column of the per-request table it applies to."""
 
 _EXAMPLE = "e.g. --slo ttft_p99=0.5,tpot_p50=0.05,e2e_p99=10,ttft=1"

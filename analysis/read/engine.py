@@ -84,6 +84,8 @@ WITH per_request AS (
 SELECT r.*,
        r.first_event_ns / 1e9 AS ttfe_s,
        r.first_token_ns / 1e9 AS ttft_s,
+       r.first_answer_ns / 1e9 AS ttfo_s,
+       r.first_reasoning_ns / 1e9 AS ttfr_s,
        CASE WHEN r.output_tokens >= 2
             THEN (r.last_token_ns - r.first_token_ns) / 1e9 / (r.output_tokens - 1) END
            AS tpot_s,

@@ -172,12 +172,46 @@ CACHE_NOTE: Final = (
 )
 
 
+def _table_if(
+    columns: tuple[tuple[str, Any], ...], rows: list[dict[str, Any]], shown: Any
+) -> tuple[list[str], list[list[str]]]:
+    """A section's table of `rows`; no rows unless `shown(row)` holds for one of them."""
+    if not any(shown(r) for r in rows):
+        return [h for h, _ in columns], []
+    return [h for h, _ in columns], [[cell(r) for _, cell in columns] for r in rows]
+
+
 def cache_table(report: Report) -> tuple[list[str], list[list[str]]]:
     """The cache table; no rows when the run had no shared prefixes and no cache phase."""
     rows = [r for r in report.table.rows if r["group"] == "step"]
-    if not any(r.get("cache_phase") or not is_missing(r.get("cached_implied_pct")) for r in rows):
-        return [h for h, _ in CACHE_TABLE], []
-    return [h for h, _ in CACHE_TABLE], [[cell(r) for _, cell in CACHE_TABLE] for r in rows]
+    return _table_if(CACHE_TABLE, rows, lambda r: r.get("cache_phase")
+                     or not is_missing(r.get("cached_implied_pct")))  # fmt: skip
+
+
+REASONING_TABLE: Final = (
+    ("step", step_label),
+    ("ok", lambda r: str(r["ok"])),
+    ("reasoned", lambda r: count(r.get("requests_reasoning"))),
+    ("TTFT p50 ms", lambda r: ms(r["ttft_p50_s"])),
+    ("TTFR p50 ms", lambda r: ms(r.get("ttfr_p50_s"))),
+    ("TTFR p99 ms", lambda r: ms(r.get("ttfr_p99_s"))),
+    ("TTFO p50 ms", lambda r: ms(r.get("ttfo_p50_s"))),
+    ("TTFO p99 ms", lambda r: ms(r.get("ttfo_p99_s"))),
+    ("reasoning tokens mean", lambda r: num(r.get("reasoning_tokens_mean"))),
+    ("answer tokens mean", lambda r: num(r.get("answer_tokens_mean"))),
+)
+"""Per step: when reasoning and the answer began, and their tokens (runs that reasoned)."""
+
+REASONING_NOTE: Final = (
+    "TTFT counts the first token of any kind, reasoning included; TTFR the first reasoning "
+    "token, over the requests that reasoned; TTFO the first answer token (content or a tool "
+    "call), over the requests that answered: what a user waits for (docs/metrics.md)."
+)
+
+
+def reasoning_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The reasoning table; no rows when no successful request reasoned."""
+    return _table_if(REASONING_TABLE, report.table.rows, lambda r: r.get("requests_reasoning"))
 
 
 def turn_table(report: Report) -> tuple[list[str], list[list[str]]]:

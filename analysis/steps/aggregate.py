@@ -64,7 +64,7 @@ from analysis.kernel.slo import Slo
 from analysis.read.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.read.load import RunData
 
-LATENCY_METRICS: Final = ("ttft", "tpot", "itl", "icl", "e2e")
+LATENCY_METRICS: Final = ("ttft", "ttfo", "ttfr", "tpot", "itl", "icl", "e2e")
 """Metrics summarised per step; each gets `<metric>_<stat>_s` columns (stats.STATS)."""
 
 FEW_REQUESTS: Final = 30
@@ -107,12 +107,16 @@ PER_REQUEST_COLUMNS: Final = (
     "sent_at_ns",
     "ttfe_s",
     "ttft_s",
+    "ttfo_s",
+    "ttfr_s",
     "tpot_s",
     "e2e_s",
     "itl_mean_s",
     "icl_mean_s",
     "output_tokens_per_s",
     "output_tokens",
+    "reasoning_tokens",
+    "answer_tokens",
     "prompt_tokens",
     "prompt_tokens_requested",
     "max_tokens",
@@ -436,7 +440,7 @@ def _group_row(
     row.update(_counts(a, tagged, members, dropped))
     row.update(_latencies(metrics, latency, curves, chunk))
     row.update(_throughput(a, window, members, eligible, chunk.tokens_in_window))
-    row.update(_token_means(a, req, latency))
+    row.update(_token_means(a, req, metrics.per_request, latency))
     row.update(_error_kinds(a, members))
     row.update(_token_source(a, latency))
     row.update(_worker_health(a, metrics.per_request, req, window, members, latency))
@@ -531,15 +535,34 @@ def _throughput(
     }
 
 
-def _token_means(a: _Arrays, req: pd.DataFrame, latency: np.ndarray) -> dict[str, Any]:
-    """Prompt and output lengths asked for and obtained, over the successful requests."""
+def _token_means(
+    a: _Arrays, req: pd.DataFrame, per: pd.DataFrame, latency: np.ndarray
+) -> dict[str, Any]:
+    """Prompt and output lengths asked for and obtained, the output's reasoning and answer
+    tokens, over the successful requests (`per`: the per-request metrics)."""
     return {
         "prompt_tokens_requested_mean": _mean(_float(req, "prompt_tokens_requested")[latency]),
         "prompt_tokens_mean": _mean(_float(req, "prompt_tokens")[latency]),
         "prompt_tokens_offset_mean": _mean(np.abs(a.prompt_offset[latency])),
         "output_tokens_requested_mean": _mean(_float(req, "max_tokens")[latency]),
         "output_tokens_mean": _mean(_float(req, "output_tokens")[latency]),
+        **reasoning_means(
+            _mean(_float(req, "reasoning_tokens")[latency])
+            if "reasoning_tokens" in req
+            else float("nan"),
+            _mean(per["answer_tokens"].to_numpy(np.float64)[latency]),
+            int((latency & ~np.isnan(_float(req, "first_reasoning_ns"))).sum())
+            if "first_reasoning_ns" in req
+            else 0,
+        ),
     }
+
+
+def reasoning_means(reasoning: float, answer: float, reasoned: int) -> dict[str, Any]:
+    """A group's reasoning and answer tokens (means over its successful requests) and how many
+    of those reasoned (NaN, NaN, 0 for a run written before 1.5)."""
+    return {"reasoning_tokens_mean": reasoning, "answer_tokens_mean": answer,
+            "requests_reasoning": reasoned}  # fmt: skip
 
 
 def _error_kinds(a: _Arrays, members: np.ndarray) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from analysis.derive.cachestate import PrefixPlan, cache_warnings, step_entry
 from analysis.derive.chunkfacts import CURVE_QUANTILES, GroupChunks, TableChunkFacts, by_folder
+from analysis.derive.metrics import OUTPUT_KIND_OFFSETS
 from analysis.derive.openloop import open_loop_warnings
 from analysis.derive.path import PARTS as PATH_PARTS
 from analysis.derive.path import path_warnings
@@ -74,6 +75,7 @@ from analysis.steps.aggregate import (
     latency_columns,
     orphan_warnings,
     prompt_offset_warning,
+    reasoning_means,
     row_name,
     weakest_source,
 )
@@ -124,6 +126,8 @@ SELECT %(columns)s,
             ELSE q.sent_at_ns - coalesce(o.offset_ns, 0) + q.first_token_ns END AS first_at,
        q.first_event_ns / 1e9 AS ttfe_s,
        q.first_token_ns / 1e9 AS ttft_s,
+       q.first_answer_ns / 1e9 AS ttfo_s,
+       q.first_reasoning_ns / 1e9 AS ttfr_s,
        CASE WHEN q.output_tokens >= 2
             THEN (q.last_token_ns / 1e9 - q.first_token_ns / 1e9) / (q.output_tokens - 1.0)
        END AS tpot_s,
@@ -135,6 +139,7 @@ SELECT %(columns)s,
            AS icl_mean_s,
        CASE WHEN q.output_tokens >= 0 AND q.end_ns > 0
             THEN q.output_tokens / (q.end_ns / 1e9) END AS output_tokens_per_s,
+       q.output_tokens::DOUBLE - q.reasoning_tokens::DOUBLE AS answer_tokens,
        coalesce(c.n, 0)::BIGINT AS chunk_count,
        coalesce(c.tokens, 0)::DOUBLE AS chunk_tokens,
        q.status = 'ok' AS is_ok,
@@ -204,13 +209,14 @@ def _checks(engine: Any, rows: int) -> None:
             f"({len(dup)} duplicated ids); each request must be recorded once"
         )
     checks: list[tuple[str, str]] = []
-    for column in (*_ORDERED_OFFSETS, "first_content_ns"):
+    for column in (*_ORDERED_OFFSETS, *OUTPUT_KIND_OFFSETS):
         checks.append((f"{column} < 0", f"{column} is negative ({column} is an offset from send)"))
     for i, early in enumerate(_ORDERED_OFFSETS):
         for late in _ORDERED_OFFSETS[i + 1 :]:
             checks.append((f"{early} > {late}", f"{late} precedes {early}"))
-    checks.append(("first_content_ns < first_token_ns", "first_content_ns precedes first_token_ns"))
-    checks.append(("first_content_ns > last_token_ns", "first_content_ns follows last_token_ns"))
+    for column in OUTPUT_KIND_OFFSETS:
+        checks.append((f"{column} < first_token_ns", f"{column} precedes first_token_ns"))
+        checks.append((f"{column} > last_token_ns", f"{column} follows last_token_ns"))
     checks.append(("output_tokens < 0", "output_tokens is negative"))
     counts = ", ".join(f"count(*) FILTER (WHERE {cond}) AS c{i}" for i, (cond, _) in
                        enumerate(checks))  # fmt: skip
@@ -420,10 +426,12 @@ _LATENCY_QS: Final = np.concatenate([_NAMED, CURVE_QUANTILES])
 # the open loop's slip and cap waits and the client's delays over its sent ones
 _KINDS: Final = {
     "ttft": 0, "tpot": 1, "e2e": 2, "slip": 3, "queued": 4, "client_delay": 5, "connect": 6,
+    "ttfo": 7, "ttfr": 8,
 }  # fmt: skip
 _KIND_QS: Final = {
     0: _LATENCY_QS, 1: _LATENCY_QS, 2: _LATENCY_QS, 3: np.array([0.5, 0.99]),
     4: np.array([0.99]), 5: np.array([0.5, 0.99]), 6: np.array([0.5, 0.99]),
+    7: _LATENCY_QS, 8: _LATENCY_QS,
 }  # fmt: skip
 
 
@@ -432,7 +440,7 @@ def _values_sql(rate_gids: list[int]) -> str:
     latency = f"{members} AND is_ok"
     rate = f"gid IN ({', '.join(map(str, rate_gids))})" if rate_gids else "false"
     parts = [f"SELECT gid, {_KINDS[m]} AS k, {m}_s AS v FROM llmload_rg WHERE {latency}"
-             for m in ("ttft", "tpot", "e2e")]  # fmt: skip
+             for m in ("ttft", "tpot", "e2e", "ttfo", "ttfr")]  # fmt: skip
     parts += [
         f"SELECT gid, 3 AS k, slip_ms AS v FROM llmload_rg WHERE {members} AND {rate}",
         f"SELECT gid, 4 AS k, queued_ms AS v FROM llmload_rg WHERE {members} AND {rate}",
@@ -475,6 +483,9 @@ SELECT gid,
            AS prompt_tokens_offset_mean,
        avg(max_tokens) FILTER (WHERE is_ok) AS output_tokens_requested_mean,
        avg(output_tokens) FILTER (WHERE is_ok) AS output_tokens_mean,
+       avg(reasoning_tokens) FILTER (WHERE is_ok) AS reasoning_tokens_mean,
+       avg(answer_tokens) FILTER (WHERE is_ok) AS answer_tokens_mean,
+       count(*) FILTER (WHERE is_ok AND first_reasoning_ns IS NOT NULL) AS requests_reasoning,
        list(DISTINCT output_tokens_source) FILTER (WHERE is_ok) AS sources,
        count(*) FILTER (WHERE is_ok AND output_tokens_source = 'events') AS per_event,
        list(DISTINCT coalesce(worker_id, '')) FILTER (WHERE NOT is_dropped) AS senders,
@@ -898,6 +909,11 @@ def _row(
             "prompt_tokens_offset_mean": _f(s.get("prompt_tokens_offset_mean")),
             "output_tokens_requested_mean": _f(s.get("output_tokens_requested_mean")),
             "output_tokens_mean": _f(s.get("output_tokens_mean")),
+            **reasoning_means(
+                _f(s.get("reasoning_tokens_mean")),
+                _f(s.get("answer_tokens_mean")),
+                int(s.get("requests_reasoning") or 0),
+            ),  # fmt: skip
         }
     )
     row.update({f"errors_{kind}": errors.get(kind, 0) for kind in ERROR_KINDS})

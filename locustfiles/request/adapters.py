@@ -40,6 +40,7 @@ from locustfiles.request.stream import (
     json_object,
     note_cached_tokens,
     tool_call_deltas,
+    whole_body,
 )
 from locustfiles.request.tokenizer import TokenCounter
 
@@ -60,7 +61,9 @@ class Delta:
     arguments are output). tokens: the output tokens this event carries, when the service
     counts them per event (exact; else the tokenizer counts the text, else one per event).
     output_tokens: the service's count of output tokens so far (cumulative usage; the last
-    one is the total). prompt_tokens, cached_tokens: the prompt's tokens and the part the
+    one is the total). reasoning_tokens: the service's count of the output tokens that were
+    reasoning (its usage's details; else llmload counts the reasoning events' tokens).
+    prompt_tokens, cached_tokens: the prompt's tokens and the part the
     server's cache served. finish: the answer ended, and why ("stop", "length", "tool_calls",
     ...). done: the stream's own end marker. error: the service reports an error (the
     request fails as `stream_error`). response_id: the service's id of the response.
@@ -71,6 +74,7 @@ class Delta:
     tool_calls: list[dict[str, Any]] | None = None
     tokens: int | None = None
     output_tokens: int | None = None
+    reasoning_tokens: int | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     finish: str | None = None
@@ -179,6 +183,8 @@ class AdapterState(StreamState):
             rec.prompt_tokens = _count("prompt_tokens", delta.prompt_tokens)
         if delta.cached_tokens is not None:
             note_cached_tokens(rec, _int("cached_tokens", delta.cached_tokens))
+        if delta.reasoning_tokens is not None:
+            rec.usage_reasoning_tokens = _count("reasoning_tokens", delta.reasoning_tokens)
         calls = tool_call_deltas(rec, delta.tool_calls) if delta.tool_calls else ""
         if delta.done:
             self.done = True
@@ -221,6 +227,8 @@ def parse_adapted_body(
         record.prompt_tokens = _count("prompt_tokens", delta.prompt_tokens)
     if delta.cached_tokens is not None:
         note_cached_tokens(record, _int("cached_tokens", delta.cached_tokens))
+    if delta.reasoning_tokens is not None:
+        record.usage_reasoning_tokens = _count("reasoning_tokens", delta.reasoning_tokens)
     if delta.output_tokens is not None:
         record.completion_tokens = _count("output_tokens", delta.output_tokens)
         record.output_tokens_source = "usage"
@@ -228,10 +236,9 @@ def parse_adapted_body(
         record.chunk_tokens = []
         record.output_tokens = counter.count(delta.text + delta.reasoning)
         record.output_tokens_source = "tokenizer"
-    if delta.text or delta.reasoning or record.tool_calls:
-        record.first_token_ns = record.end_ns
-        if delta.text:
-            record.first_content_ns = record.end_ns
+        if delta.reasoning:
+            record.reasoning_tokens = counter.count(delta.reasoning)
+    whole_body(record, delta.text, delta.reasoning)
 
 
 # -- the OpenAI Responses API ---------------------------------------------------------------
@@ -293,7 +300,9 @@ class ResponsesAdapter(StreamAdapter):
         else:
             reason = (response.get("incomplete_details") or {}).get("reason")
             finish = _RESPONSES_FINISH.get(str(reason), str(reason or "incomplete"))
+        output_details = usage.get("output_tokens_details") or {}
         return Delta(output_tokens=usage.get("output_tokens"),
+                     reasoning_tokens=output_details.get("reasoning_tokens"),
                      prompt_tokens=usage.get("input_tokens"),
                      cached_tokens=details.get("cached_tokens"), finish=finish,
                      done=True)  # fmt: skip

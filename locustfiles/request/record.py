@@ -110,6 +110,13 @@ class RequestRecord:
     connect_new: bool | None = None
     connect_ns: int | None = None
     client_delay_ns: int | None = None
+    # reasoning and answer apart (1.5): when each began, and the output tokens of reasoning
+    first_reasoning_ns: int | None = None
+    first_answer_ns: int | None = None
+    reasoning_tokens: int | None = None
+    # not a column: the server's count of the reasoning tokens (its usage's details), which
+    # `finish` prefers to the reasoning events' own
+    usage_reasoning_tokens: int | None = None
     # sessions only (not columns): the reply's text and tool calls, for the next turn's history
     reply_parts: list[str] | None = None  # collected when not None
     tool_call_parts: dict[int, dict[str, str]] | None = None  # index -> id, name, arguments
@@ -141,3 +148,12 @@ class RequestRecord:
             self.output_tokens = sum(self.chunk_tokens)
         elif self.status == "ok" and self.output_tokens_source is None and self.stream:
             self.output_tokens = 0
+        if self.usage_reasoning_tokens is not None:
+            self.reasoning_tokens = self.usage_reasoning_tokens
+        elif self.reasoning_tokens is None and self.output_tokens is not None:
+            # an answer without reasoning has none; a whole body's reasoning nobody counted
+            # (no usage details, no tokenizer) is unknown
+            self.reasoning_tokens = 0 if self.first_reasoning_ns is None else None
+        if (self.reasoning_tokens or 0) > (self.output_tokens or 0) and self.status == "ok":
+            self.fail("invalid_usage", f"{self.reasoning_tokens} reasoning tokens of "
+                      f"{self.output_tokens} output tokens")  # fmt: skip

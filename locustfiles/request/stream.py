@@ -70,6 +70,7 @@ try:  # the typed decoder (optional): the chunk shape straight into slotted obje
         completion_tokens: int | None = None
         prompt_tokens: int | None = None
         prompt_tokens_details: Any = None
+        completion_tokens_details: Any = None
 
     class _Chunk(msgspec.Struct, gc=False):
         id: Any = None
@@ -181,6 +182,7 @@ class StreamState:
             if isinstance(pt, int) and not isinstance(pt, bool):
                 rec.prompt_tokens = count_of("prompt_tokens", pt)
             _note_cached(rec, usage)
+            _note_reasoning(rec, usage)
         choices = obj.get("choices")
         if not choices:
             return
@@ -220,6 +222,8 @@ class StreamState:
                 rec.prompt_tokens = count_of("prompt_tokens", usage.prompt_tokens)
             if usage.prompt_tokens_details is not None:
                 _note_cached_details(rec, usage.prompt_tokens_details)
+            if usage.completion_tokens_details is not None:
+                note_reasoning_details(rec, usage.completion_tokens_details)
         choices = chunk.choices
         if not choices:
             return
@@ -279,8 +283,16 @@ class StreamState:
             rec.first_token_ns = t
         if content and rec.reply_parts is not None:
             rec.reply_parts.append(content)
-        if content and rec.first_content_ns is None:
-            rec.first_content_ns = t
+        if content:
+            if rec.first_content_ns is None:
+                rec.first_content_ns = t
+                if rec.first_answer_ns is None:
+                    rec.first_answer_ns = t
+        elif calls:
+            if rec.first_answer_ns is None:
+                rec.first_answer_ns = t
+        elif rec.first_reasoning_ns is None:
+            rec.first_reasoning_ns = t
         rec.last_token_ns = t
         if exact is not None:
             tokens = exact  # the server's count for this event
@@ -301,7 +313,13 @@ class StreamState:
         rec.chunk_offsets.append(t)
         rec.chunk_tokens.append(tokens)
         rec.chunk_chars.append(len(content) + len(reasoning) + len(calls))
-        rec.chunk_kinds.append("content" if content else "reasoning" if reasoning else "tool_call")
+        if content:
+            rec.chunk_kinds.append("content")
+        elif calls:
+            rec.chunk_kinds.append("tool_call")
+        else:  # reasoning alone: its tokens are the answer's only once it began
+            rec.chunk_kinds.append("reasoning")
+            rec.reasoning_tokens = (rec.reasoning_tokens or 0) + tokens
 
     def _textless(self, tokens: int, t: int) -> None:
         """Tokens the server counted but sent no text for: a chunk row with 0 characters."""
@@ -343,6 +361,21 @@ def _note_cached(rec: RequestRecord, usage: Any) -> None:
     """usage.prompt_tokens_details.cached_tokens: prompt tokens the server's cache served."""
     if isinstance(usage, dict):
         _note_cached_details(rec, usage.get("prompt_tokens_details"))
+
+
+def _note_reasoning(rec: RequestRecord, usage: Any) -> None:
+    """usage.completion_tokens_details.reasoning_tokens: the output tokens that were
+    reasoning, as the server counts them."""
+    if isinstance(usage, dict):
+        note_reasoning_details(rec, usage.get("completion_tokens_details"))
+
+
+def note_reasoning_details(rec: RequestRecord, details: Any) -> None:
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if isinstance(reasoning, int) and not isinstance(reasoning, bool):
+        rec.usage_reasoning_tokens = count_of(
+            "completion_tokens_details.reasoning_tokens", reasoning
+        )
 
 
 def _note_cached_details(rec: RequestRecord, details: Any) -> None:
@@ -409,6 +442,7 @@ def parse_body(
         record.server_request_id = record.server_request_id or obj["id"]
     usage = obj.get("usage") or {}
     _note_cached(record, usage)
+    _note_reasoning(record, usage)
     if content and record.reply_parts is not None:
         record.reply_parts.append(content)
     if isinstance(usage.get("prompt_tokens"), int):
@@ -421,7 +455,18 @@ def parse_body(
         record.chunk_tokens = []
         record.output_tokens = counter.count(content + reasoning)
         record.output_tokens_source = "tokenizer"
+        if reasoning:
+            record.reasoning_tokens = counter.count(reasoning)
+    whole_body(record, content, reasoning)
+
+
+def whole_body(record: RequestRecord, content: str, reasoning: str) -> None:
+    """A whole response's times: every kind of output it holds arrived at its end."""
     if content or reasoning or record.tool_calls:
         record.first_token_ns = record.end_ns
         if content:
             record.first_content_ns = record.end_ns
+        if content or record.tool_calls:
+            record.first_answer_ns = record.end_ns
+        if reasoning:
+            record.first_reasoning_ns = record.end_ns

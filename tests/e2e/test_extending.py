@@ -202,3 +202,19 @@ def test_the_simulators_reasoning_phase_on_every_endpoint(tmp_path: Path) -> Non
         # the same instant only when the two events came in one read
         after = ok["first_content_ns"] - ok["first_token_ns"]
         assert (after >= 0).all() and (after > 0).mean() > 0.5, endpoint
+        # schema 1.5: TTFR is the first token here, TTFO the first content; the reasoning's
+        # tokens as the truth log says (the usage's details on chat and responses, the
+        # thinking events' own on messages)
+        assert (ok["first_reasoning_ns"] == ok["first_token_ns"]).all(), endpoint
+        assert (ok["first_answer_ns"] == ok["first_content_ns"]).all(), endpoint
+        assert (ok["reasoning_tokens"] == 3).all(), endpoint
+        report = build_report(str(result.run_dir()), tmp_path / endpoint / "report",
+                              progress=False, html=True, slo="ttfo_p99=60,ttfr=60")  # fmt: skip
+        (row,) = [r for r in report.step_rows if r["group"] == "step"]
+        assert row["requests_reasoning"] == row["ok"] > 0, endpoint
+        assert (row["reasoning_tokens_mean"], row["answer_tokens_mean"]) == (3, 4), endpoint
+        assert row["ttfr_p50_s"] == row["ttft_p50_s"] < row["ttfo_p50_s"], endpoint
+        assert row["slo_pass"] is True and row["good"] == row["ok"], endpoint
+        for name in ("report.md", "report.html"):
+            text = (tmp_path / endpoint / "report" / name).read_text()
+            assert "TTFO p99 ms" in text and "reasoning tokens mean" in text, (endpoint, name)

@@ -16,7 +16,7 @@ from analysis import build_report
 from analysis.derive.chunkfacts import _BIN_S, EngineChunkFacts
 from analysis.kernel.errors import InvalidTimelineError, UsageError
 from analysis.report.summary import Report
-from tests.support.runs import RunBuilder, known_run
+from tests.support.runs import RunBuilder, known_run, ns
 from tests.support.synthetic import write_run
 
 
@@ -247,3 +247,37 @@ def test_request_rows_stay_on_disk_whatever_the_limit(tmp_path: Path) -> None:
     assert not [w for w in tight.warnings + roomy.warnings if "--memory-limit" in w]
     assert tight.table.done_ns is None  # taken out of core: no per-request array in memory
     assert_same_frames(tight.summary, roomy.summary, "summary")
+
+
+def test_reasoning_answers_hand_computed_on_both_paths(tmp_path: Path) -> None:
+    """TTFO, TTFR and the reasoning and answer tokens (schema 1.5) of four answers: one that
+    reasons then answers, one that reasons then calls a tool, one without reasoning, one cut
+    during its reasoning (no answer: no TTFO); the SLO keys judge them."""
+    b = RunBuilder("reasoning")
+    b.add_step(0, 4, started_s=0, spawned_s=0, ended_s=10, warmup_s=0)
+    b.add_request(sent_s=1.0, chunks=[(0.1, 2, "reasoning"), (0.3, 1, "reasoning"),
+                                      (0.5, 2), (0.6, 1)])  # fmt: skip
+    b.add_request(sent_s=2.0, chunks=[(0.2, 4, "reasoning"), (0.4, 2, "tool_call")])
+    b.add_request(sent_s=3.0, chunks=[(0.3, 1), (0.35, 1)], first_answer_ns=ns(0.3),
+                  reasoning_tokens=0)  # fmt: skip
+    b.add_request(sent_s=4.0, chunks=[(0.1, 3, "reasoning")])
+    uri = b.write(tmp_path / "ev")
+    out_of_core, in_memory = both(uri, tmp_path, slo="ttfo_p99=0.45,ttfr_p50=0.2,ttfo=0.45")
+    assert_same_reports(out_of_core, in_memory)
+    row = in_memory.summary.iloc[0]
+    # TTFO over the three answers 0.5, 0.4, 0.3; TTFR over the three that reasoned 0.1, 0.2, 0.1
+    assert (row["ttfo_mean_s"], row["ttfo_p50_s"], row["ttfo_p90_s"]) == pytest.approx(
+        (0.4, 0.4, 0.5)
+    )
+    assert (row["ttfr_mean_s"], row["ttfr_p50_s"], row["ttfr_max_s"]) == pytest.approx(
+        (0.4 / 3, 0.1, 0.2)
+    )
+    assert row["ttft_p50_s"] == pytest.approx(0.1)  # the first token of any kind, as before
+    # reasoning 3, 4, 0, 3; answers 3, 2, 2, 0
+    assert (row["reasoning_tokens_mean"], row["answer_tokens_mean"]) == pytest.approx((2.5, 1.75))
+    assert row["requests_reasoning"] == 3
+    assert row["slo_pass"] == False and row["slo_failures"] == "ttfo_p99 0.5 > 0.45"  # noqa: E712
+    assert row["good"] == 3  # the answer at 0.5 s is not good; the one without an answer is
+    per = in_memory.per_request.sort_values("sent_at_ns")
+    assert per["answer_tokens"].tolist() == [3, 2, 2, 0]
+    assert per["ttfo_s"].isna().tolist() == [False, False, False, True]

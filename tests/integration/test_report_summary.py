@@ -33,7 +33,20 @@ def dist(metric: str, mean: float, p50: float, p90: float, top: float) -> dict[s
 
 def missing_latencies() -> dict[str, float]:
     nan = float("nan")
-    return {f"{m}_{s}_s": nan for m in ("ttft", "tpot", "itl", "icl", "e2e") for s in STATS}
+    return {f"{m}_{s}_s": nan for m in ("ttft", "ttfo", "ttfr", "tpot", "itl", "icl", "e2e")
+            for s in STATS}  # fmt: skip
+
+
+def no_answer_times() -> dict[str, Any]:
+    """TTFO and TTFR of a run written before schema 1.5 (no first answer or first reasoning
+    recorded): missing, never 0."""
+    return {f"{m}_{s}_s": float("nan") for m in ("ttfo", "ttfr") for s in STATS}
+
+
+def no_reasoning_counts() -> dict[str, Any]:
+    """The reasoning and answer token columns of a run written before schema 1.5."""
+    nan = float("nan")
+    return {"reasoning_tokens_mean": nan, "answer_tokens_mean": nan, "requests_reasoning": 0}
 
 
 def errors(**counts: int) -> dict[str, int]:
@@ -104,6 +117,7 @@ COLD = {
     "requests_total": 2, "requests": 2, "ok": 2, "failed": 0, "cancelled": 0, "aborted": 0,
     "requests_dropped": None, "error_rate": 0.0,
     **dist("ttft", 0.75, 0.5, 1.0, 1.0),
+    **no_answer_times(),
     **dist("tpot", 0.25, 0.0, 0.5, 0.5),
     **dist("itl", 0.25, 0.0, 0.5, 0.5),
     **dist("icl", 0.5, 0.5, 0.5, 0.5),
@@ -115,6 +129,7 @@ COLD = {
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
     "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 2.0,
+    **no_reasoning_counts(),
     **errors(),
     **unmeasured(),
     **closed_loop(),
@@ -133,6 +148,7 @@ STEP0 = {
     "requests_dropped": None, "error_rate": 0.2,
     # TTFT 0.5, 0.2, 0.3, 0.05
     **dist("ttft", 1.05 / 4, 0.2, 0.5, 0.5),
+    **no_answer_times(),
     # TPOT 0.4/3, 0.2/3, (single token: none), 0.25
     **dist("tpot", 0.15, 0.4 / 3, 0.25, 0.25),
     # ITL samples (weight): 0.05 (2), 0.3 (1) | 0 (2), 0.2 (1) | 0.25 (1): 7 tokens
@@ -151,6 +167,7 @@ STEP0 = {
     # |110 - 100|, |90 - 100|, |130 - 100| (the fourth reported no prompt_tokens)
     "prompt_tokens_offset_mean": 50 / 3,
     "output_tokens_requested_mean": 56.0, "output_tokens_mean": 2.75,
+    **no_reasoning_counts(),
     **errors(http_5xx=1),
     **unmeasured(),
     **closed_loop(),
@@ -166,6 +183,7 @@ STEP1 = {
     "requests_total": 5, "requests": 4, "ok": 2, "failed": 1, "cancelled": 1, "aborted": 0,
     "requests_dropped": None, "error_rate": 1 / 3,
     **dist("ttft", 0.1, 0.1, 0.1, 0.1),
+    **no_answer_times(),
     # TPOT 0.2/4, 0.15
     **dist("tpot", 0.1, 0.05, 0.15, 0.15),
     # ITL 0 (2), 0.1 (2) | 0.15 (1)
@@ -180,6 +198,7 @@ STEP1 = {
     "prompt_tokens_requested_mean": 100.0, "prompt_tokens_mean": float("nan"),
     "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 3.5,
+    **no_reasoning_counts(),
     **errors(stream_error=1, cancelled=1),
     **unmeasured(),
     **closed_loop(),
@@ -202,6 +221,7 @@ STEP2 = {
     "prompt_tokens_requested_mean": float("nan"), "prompt_tokens_mean": float("nan"),
     "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": float("nan"), "output_tokens_mean": float("nan"),
+    **no_reasoning_counts(),
     **errors(queue_rejected=1, connect=1),
     **unmeasured(None),
     **closed_loop(),

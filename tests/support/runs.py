@@ -12,7 +12,8 @@ Open-loop (rate) steps, schema 1.2:
     run.add_arrival(step=0, rate=5.0, index=1, intended_s=1.3, dropped=True)
 
 Sessions, schema 1.3: turns sent one after another (each `wait_s` after the previous end);
-a chunk may name its kind, `(offset, tokens, "tool_call")`:
+a chunk may name its kind, `(offset, tokens, "tool_call")` (a request with a `reasoning` chunk
+gets the schema 1.5 columns its chunks imply: first reasoning, first answer, reasoning tokens):
 
     run.add_session("s1", step=0, started_s=2.0, planned=2, turns=[
         {"chunks": [(0.1, 3, "tool_call")], "tool_calls": 1, "prompt_tokens": 120},
@@ -239,6 +240,16 @@ class RunBuilder:
             ns(c[0]) for c, k in zip(chunks, kinds, strict=True) if c[1] > 0 and k == "content"
         ]
         total = sum(c[1] for c in chunks)
+        if "reasoning" in kinds:  # a reasoning answer: its 1.5 columns, from its chunks
+            told = [(ns(c[0]), c[1], k) for c, k in zip(chunks, kinds, strict=True) if c[1] > 0]
+            extra.setdefault(
+                "first_reasoning_ns", next((t for t, _, k in told if k == "reasoning"), None)
+            )
+            extra.setdefault(
+                "first_answer_ns", next((t for t, _, k in told if k != "reasoning"), None)
+            )
+            extra.setdefault("reasoning_tokens",
+                             sum(n for _, n, k in told if k == "reasoning"))  # fmt: skip
         if end_s is None:
             end_s = (chunks[-1][0] + 0.01) if chunks else 0.05
         self.requests.append(

@@ -307,6 +307,10 @@ def test_a_reasoning_phase_streams_before_the_answer(encoder: ResponsesEncoder |
     assert rec.status == "ok", rec.error_detail
     assert rec.chunk_kinds == ["reasoning", "reasoning", "content", "content", "content"]
     assert rec.first_token_ns < rec.first_content_ns and rec.completion_tokens == 5
+    assert (
+        rec.first_reasoning_ns == rec.first_token_ns and rec.first_answer_ns == rec.first_content_ns
+    )
+    assert rec.reasoning_tokens == 2  # the Responses API's usage details, else the events'
     last = json.loads(events[-2] if isinstance(encoder, MessagesEncoder) else events[-1])
     if isinstance(encoder, ResponsesEncoder):  # the reasoning item, then the message
         output = last["response"]["output"]
@@ -318,3 +322,7 @@ def test_a_reasoning_phase_streams_before_the_answer(encoder: ResponsesEncoder |
     whole.end_ns = 9
     parse_adapted_body(whole, json.dumps(body).encode(), type(adapter)(), None)
     assert whole.completion_tokens == 5 and whole.first_content_ns == 9
+    whole.finish()
+    assert whole.first_reasoning_ns == whole.first_answer_ns == 9
+    # the Responses API counts them; Messages' thinking, whole and without a tokenizer: unknown
+    assert whole.reasoning_tokens == (2 if isinstance(encoder, ResponsesEncoder) else None)

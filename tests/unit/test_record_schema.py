@@ -19,8 +19,9 @@ from locustfiles.sink.encode import EncodeContext, encode_chunks, encode_request
 
 CTX = EncodeContext("run-1", "w1", store_prompts=True)
 
-NOT_COLUMNS = {"reply_parts", "tool_call_parts"}
-"""Record fields that are no column: the reply kept for a session's next turn."""
+NOT_COLUMNS = {"reply_parts", "tool_call_parts", "usage_reasoning_tokens"}
+"""Record fields that are no column: the reply kept for a session's next turn, the server's
+count of reasoning tokens (`reasoning_tokens` settles on it)."""
 
 CHUNK_LISTS = {
     "offset_ns": "chunk_offsets",

@@ -48,6 +48,81 @@ def test_role_chunk_is_first_event_not_first_token_and_reasoning_counts_as_token
     assert rec.server_request_id == "srv-1"
 
 
+def test_reasoning_then_answer_times_and_counts_apart() -> None:
+    """TTFR at the first reasoning event, TTFO at the first answer (content or tool call);
+    the reasoning events' tokens counted apart, the server's own count preferred."""
+    rec = record()
+    state = StreamState(rec, chat=True, counter=None)
+    state.on_event(chunk(role=True), 10)
+    state.on_event(chunk(reasoning="think"), 20)
+    state.on_event(chunk(reasoning="more"), 25)
+    state.on_event(chunk(content="Hi", finish="stop"), 30)
+    state.on_end()
+    rec.finish()
+    assert (rec.first_token_ns, rec.first_reasoning_ns, rec.first_answer_ns) == (20, 20, 30)
+    assert (rec.reasoning_tokens, rec.output_tokens) == (2, 3)
+    served = record()
+    state = StreamState(served, chat=True, counter=None)
+    state.on_event(chunk(reasoning="think"), 20)
+    state.on_event(chunk(content="Hi", finish="stop"), 30)
+    state.on_event(
+        chunk(
+            usage={
+                "completion_tokens": 9,
+                "prompt_tokens": 1,
+                "completion_tokens_details": {"reasoning_tokens": 6},
+            }
+        ),
+        31,
+    )
+    state.on_end()
+    served.finish()
+    assert (served.reasoning_tokens, served.output_tokens, served.status) == (6, 9, "ok")
+    plain = record()
+    state = StreamState(plain, chat=True, counter=None)
+    state.on_event(chunk(content="Hi", finish="stop"), 30)
+    state.on_end()
+    plain.finish()
+    assert (plain.first_reasoning_ns, plain.first_answer_ns, plain.reasoning_tokens) == (
+        None, 30, 0)  # fmt: skip
+
+
+def test_a_reply_cut_in_its_reasoning_has_no_answer_time_and_more_reasoning_is_invalid() -> None:
+    rec = record()
+    state = StreamState(rec, chat=True, counter=None)
+    state.on_event(chunk(reasoning="think", finish="length"), 20)
+    state.on_end()
+    rec.finish()
+    assert (rec.first_reasoning_ns, rec.first_answer_ns, rec.reasoning_tokens) == (20, None, 1)
+    wrong = record()
+    state = StreamState(wrong, chat=True, counter=None)
+    state.on_event(
+        chunk(
+            content="Hi",
+            finish="stop",
+            usage={"completion_tokens": 1, "completion_tokens_details": {"reasoning_tokens": 4}},
+        ),
+        30,
+    )
+    state.on_end()
+    wrong.finish()
+    assert (wrong.status, wrong.error_kind) == ("error", "invalid_usage")
+    assert "4 reasoning tokens of 1 output tokens" in wrong.error_detail
+
+
+def test_a_whole_body_with_reasoning_times_both_at_its_end() -> None:
+    rec = record(stream=False)
+    rec.end_ns = 50
+    body = {
+        "choices": [{"message": {"reasoning_content": "hmm", "content": "Hi"}}],
+        "usage": {"completion_tokens": 7, "completion_tokens_details": {"reasoning_tokens": 5}},
+    }
+    parse_body(rec, json.dumps(body).encode(), True, None)
+    rec.finish()
+    assert (rec.first_reasoning_ns, rec.first_answer_ns, rec.first_token_ns) == (50, 50, 50)
+    assert (rec.reasoning_tokens, rec.output_tokens) == (5, 7)
+
+
 def test_continuous_usage_gives_exact_tokens_per_event_and_totals() -> None:
     rec = record()
     state = StreamState(rec, chat=True, counter=None)
