@@ -1,6 +1,7 @@
 """A tiny random-weight Llama with a locally trained BPE tokenizer: a real model, no hub.
 
-    python -m infra.engines.tiny_llama OUT_DIR [--no-eos] [--small-vocab] [--head-dim-64] [--force]
+    python -m infra.engines.tiny_llama OUT_DIR [--no-eos] [--small-vocab] [--head-dim-64] [--think]
+                                               [--force]
 
 writes a `save_pretrained` directory (config, safetensors weights, generation config,
 tokenizer with a chat template) that `transformers serve OUT_DIR` loads offline, and that
@@ -27,6 +28,14 @@ calibration cannot be exact (each word takes a varying number of tokens).
 `--head-dim-64` builds it with attention heads of 64 dimensions (hidden size 128, 2 heads,
 2 KV heads, intermediate size 256) instead of 16: vLLM's CPU attention kernel refuses head
 sizes below 32 (the vLLM suite, tests/engine/test_vllm.py, serves this variant).
+
+`--think` adds two tokens to the vocabulary, `<think>` and `</think>` (plain added tokens,
+not special: they decode to their text), the markers of a DeepSeek-R1-style reasoning parser
+(`vllm serve --reasoning-parser deepseek_r1`). The corpus has no `<`, so each marker can only
+be emitted as its one token: a grammar that spells `<think>...</think>...` makes the random
+model cross the parser's boundary where the grammar says (tests/engine/test_vllm.py). It also
+adds JSON's braces, brackets and quote to the alphabet, so that a JSON grammar (structured
+outputs) can spell its output.
 
 Needs torch, transformers and tokenizers: the engine environment (requirements-engine.txt)
 or vLLM's (requirements-vllm.txt).
@@ -70,6 +79,8 @@ RECIPE: dict[str, Any] = {
 }
 # What --small-vocab changes in the recipe.
 SMALL_VOCAB: dict[str, Any] = {"vocab_size": 400, "corpus": "made-up words"}
+# What --think adds: the reasoning markers, as tokens of their own
+THINK: dict[str, Any] = {"added_tokens": ["<think>", "</think>"], "alphabet": list('{}[]"')}
 # What --head-dim-64 changes: head size 128 / 2 = 64, the smallest vLLM's CPU kernel takes.
 HEAD_DIM_64: dict[str, Any] = {
     "hidden_size": 128,
@@ -127,11 +138,18 @@ def train_tokenizer(recipe: dict[str, Any]) -> Any:
     trainer = trainers.BpeTrainer(
         vocab_size=recipe["vocab_size"],
         special_tokens=[SPECIAL],
-        initial_alphabet=[],  # only characters seen in the corpus: ASCII, no stray bytes
+        # only characters seen in the corpus (ASCII, no stray bytes), and JSON's punctuation
+        # for --think: a grammar of JSON needs its braces and quotes
+        initial_alphabet=recipe.get("alphabet", []),
         show_progress=False,
     )
     lines = corpus(recipe["seed"], recipe["corpus_lines"], recipe.get("corpus", "prompt words"))
     tok.train_from_iterator(lines, trainer)
+    if recipe.get("added_tokens"):
+        from tokenizers import AddedToken
+
+        tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                        for t in recipe["added_tokens"]])  # fmt: skip
     return tok
 
 
@@ -158,13 +176,15 @@ def tokenizer_checks(tok: Any) -> dict[str, int]:
 
 
 def recipe_for(
-    no_eos: bool = False, small_vocab: bool = False, head_dim_64: bool = False
-) -> dict[str, Any]:
+    no_eos: bool = False, small_vocab: bool = False, head_dim_64: bool = False,
+    think: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     return {
         **RECIPE,
         "no_eos": no_eos,
         **(SMALL_VOCAB if small_vocab else {}),
         **(HEAD_DIM_64 if head_dim_64 else {}),
+        **(THINK if think else {}),
     }
 
 
@@ -182,10 +202,11 @@ def build(
     no_eos: bool = False,
     small_vocab: bool = False,
     head_dim_64: bool = False,
+    think: bool = False,
 ) -> Path:
     """Build the model directory at `out_dir`, or reuse it if it holds the same recipe."""
     out = Path(out_dir).resolve()
-    recipe = recipe_for(no_eos, small_vocab, head_dim_64)
+    recipe = recipe_for(no_eos, small_vocab, head_dim_64, think)
     if not force and _matches(out, recipe):
         return out
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
@@ -276,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="heads of 64 dimensions (hidden 128, 2 heads): what vLLM's CPU kernel takes",
     )
+    parser.add_argument(
+        "--think",
+        action="store_true",
+        help="add <think> and </think> tokens (a DeepSeek-R1-style reasoning parser's markers)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if it exists")
     args = parser.parse_args(argv)
     out = build(
@@ -284,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         no_eos=args.no_eos,
         small_vocab=args.small_vocab,
         head_dim_64=args.head_dim_64,
+        think=args.think,
     )
     marker = json.loads((out / MARKER).read_text())
     print(f"{out} ({marker['parameters']} parameters, tokenizer {marker['tokenizer']})")
