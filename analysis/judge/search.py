@@ -19,7 +19,7 @@ import numpy as np
 
 from analysis.derive.windows import Window
 from analysis.kernel.errors import UsageError
-from analysis.kernel.slo import Slo, parse_slo
+from analysis.kernel.slo import Slo, invalid_answers, parse_slo
 from analysis.steps.aggregate import StepTable
 
 
@@ -123,7 +123,7 @@ def goodput_under(table: StepTable, slo: Slo, row: dict[str, Any]) -> float | No
     assert table.done_ns is not None
     per = table.per_request
     status = per["status"].astype(str).to_numpy()
-    good = slo.good(per, status == "ok")
+    good = slo.good(per, status == "ok", invalid_answers(per))
     if good is None:
         return None
     eligible = ~per["cold"].to_numpy(bool) & (status != "dropped")

@@ -95,10 +95,12 @@ _CLIENT_PHASES_1_4 = [  # the client's side of the request path, before the requ
     pa.field("client_delay_ns", pa.int64()),  # decided to send -> bytes handed to the kernel
 ]
 
-_OUTPUT_KINDS_1_5 = [  # what kind of output the answer began with: reasoning, then the answer
+_OUTPUT_KINDS_1_5 = [  # what the answer was: reasoning, then the answer; and whether valid
     pa.field("first_reasoning_ns", pa.int64()),  # the first event carrying reasoning
     pa.field("first_answer_ns", pa.int64()),  # the first carrying answer: content or a tool call
     pa.field("reasoning_tokens", pa.int32()),  # of output_tokens, those that were reasoning
+    pa.field("output_valid", pa.bool_()),  # the answer is what was asked for (null: unchecked)
+    pa.field("output_invalid_reason", pa.string()),  # why not (null: valid or unchecked)
 ]
 
 
@@ -123,8 +125,8 @@ CLIENT_PHASE_COLUMNS_1_4: Final = _names(_CLIENT_PHASES_1_4)
 """1.4: the request columns of the client's phases before the write (its connection, its
 own delay); `sent_at_ns` is the write itself from 1.4 on (the decision to send before)."""
 OUTPUT_KIND_COLUMNS_1_5: Final = _names(_OUTPUT_KINDS_1_5)
-"""1.5: the request columns that tell reasoning from answer: when each began (TTFR, TTFO)
-and how many of the output tokens were reasoning."""
+"""1.5: the request columns that tell reasoning from answer (when each began: TTFR, TTFO; how
+many of the output tokens were reasoning) and whether the answer was valid."""
 
 REQUESTS_SCHEMA: Final = _with_version(
     [

@@ -11,6 +11,9 @@ Syntax: comma-separated `name=value`, e.g. `ttft_p99=0.5,tpot_p50=50ms,e2e_p99=1
   request's mean per-token ITL), e2e. A metric a request does not have (TPOT of a one-token answer) does not
   disqualify it.
 - `error_rate=<fraction>` (or `1%`) is a step objective on the step's error rate.
+- `valid_share=<fraction>` (or `99%`) is a step objective the other way round: at least that
+  share of the step's checked answers must be valid (`--response-format`, tool calls:
+  locustfiles/request/validity.py).
 
 Latency limits are seconds; `ms` and `s` suffixes are accepted. A step whose statistic is
 missing (no successful request) fails the objective: no data is not a pass.
@@ -38,13 +41,28 @@ REQUEST_METRICS: Final = {"ttft": "ttft_s", "ttfo": "ttfo_s", "ttfr": "ttfr_s", 
 _EXAMPLE = "e.g. --slo ttft_p99=0.5,tpot_p50=0.05,e2e_p99=10,ttft=1"
 
 
+def invalid_answers(requests: pd.DataFrame) -> np.ndarray | None:
+    """Per request: its answer was checked and found invalid (`output_valid` false). None
+    when no answer of the run was checked (no --response-format, no tool call, or a run
+    written before schema 1.5): goodput then knows nothing of validity."""
+    if "output_valid" not in requests:
+        return None
+    column = requests["output_valid"]
+    checked = column.notna().to_numpy(bool)
+    if not checked.any():
+        return None
+    valid = column.astype("boolean").fillna(True).to_numpy(bool)
+    return checked & ~valid
+
+
 @dataclass(frozen=True)
 class Objective:
     """A step objective: `column` of the step's summary row must be <= `limit`."""
 
-    name: str  # as written: ttft_p99, error_rate
-    column: str  # summary column: ttft_p99_s, error_rate
+    name: str  # as written: ttft_p99, error_rate, valid_share
+    column: str  # summary column: ttft_p99_s, error_rate, valid_share
     limit: float
+    at_least: bool = False  # the value must be >= limit (valid_share), else <= limit
 
 
 @dataclass(frozen=True)
@@ -65,10 +83,16 @@ class Slo:
     def __bool__(self) -> bool:
         return bool(self.objectives or self.thresholds)
 
-    def good(self, per_request: pd.DataFrame, ok: np.ndarray) -> np.ndarray | None:
-        """Good requests (ok and within every threshold); None without thresholds."""
+    def good(
+        self, per_request: pd.DataFrame, ok: np.ndarray, invalid: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """Good requests: ok, with a valid answer, and within every threshold. None without
+        thresholds, unless answers were checked (`invalid`: per request, an answer found
+        invalid; None: none was checked): then good is ok and valid."""
+        if invalid is not None:
+            ok = ok & ~invalid
         if not self.thresholds:
-            return None
+            return ok.copy() if invalid is not None else None
         good = ok.copy()
         for t in self.thresholds:
             value = per_request[t.column].to_numpy(np.float64)
@@ -82,7 +106,9 @@ class Slo:
             value = row.get(o.column)
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 out.append(f"{o.name} missing (no data)")
-            elif float(value) > o.limit:
+            elif o.at_least and float(value) < o.limit:
+                out.append(f"{o.name} {float(value):.4g} < {o.limit:g}")
+            elif not o.at_least and float(value) > o.limit:
                 out.append(f"{o.name} {float(value):.4g} > {o.limit:g}")
         return out
 
@@ -136,6 +162,8 @@ def parse_slo(spec: str | None) -> Slo:
         seen.add(name)
         if name == "error_rate":
             objectives.append(Objective(name, name, _number(name, value, rate=True)))
+        elif name == "valid_share":
+            objectives.append(Objective(name, name, _number(name, value, rate=True), True))
         elif name in REQUEST_METRICS:
             limit = _number(name, value, rate=False)
             thresholds.append(Threshold(name, REQUEST_METRICS[name], limit))
@@ -145,7 +173,7 @@ def parse_slo(spec: str | None) -> Slo:
                 raise UsageError(
                     f"--slo name {name!r} is unknown; use <metric>_<stat> with metric in "
                     f"{', '.join(STEP_METRICS)} and stat in {', '.join(STATS)}, a per-request "
-                    f"threshold ({', '.join(REQUEST_METRICS)}), or error_rate ({_EXAMPLE})"
+                    f"threshold ({', '.join(REQUEST_METRICS)}), error_rate or valid_share ({_EXAMPLE})"
                 )
             limit = _number(name, value, rate=False)
             objectives.append(Objective(name, f"{name}_s", limit))

@@ -202,11 +202,32 @@ REASONING_TABLE: Final = (
 )
 """Per step: when reasoning and the answer began, and their tokens (runs that reasoned)."""
 
+VALIDITY_TABLE: Final = (
+    ("step", step_label),
+    ("ok", lambda r: str(r["ok"])),
+    ("checked", lambda r: count(r.get("requests_checked"))),
+    ("invalid", lambda r: count(r.get("requests_invalid"))),
+    ("valid share", lambda r: pct(r.get("valid_share"))),
+    ("goodput req/s", lambda r: num(r.get("goodput_requests_per_s"), 2)),
+)
+"""Per step: the answers checked against the format asked for and the tools offered."""
+
+VALIDITY_NOTE: Final = (
+    "Each successful answer checked against what its request asked for (--response-format, "
+    "the tools offered): an invalid one stays an ok row but is never good; goodput counts "
+    "valid answers only (docs/metrics.md, Valid outputs)."
+)
+
 REASONING_NOTE: Final = (
     "TTFT counts the first token of any kind, reasoning included; TTFR the first reasoning "
     "token, over the requests that reasoned; TTFO the first answer token (content or a tool "
     "call), over the requests that answered: what a user waits for (docs/metrics.md)."
 )
+
+
+def validity_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The valid-output table; no rows when no answer was checked."""
+    return _table_if(VALIDITY_TABLE, report.table.rows, lambda r: r.get("requests_checked"))
 
 
 def reasoning_table(report: Report) -> tuple[list[str], list[list[str]]]:

@@ -24,6 +24,7 @@ from analysis.render.present import (
     PATH_NOTE,
     REASONING_NOTE,
     SESSIONS_NOTE,
+    VALIDITY_NOTE,
     cache_table,
     completeness_lines,
     error_table,
@@ -35,6 +36,7 @@ from analysis.render.present import (
     slo_lines,
     step_table,
     turn_table,
+    validity_table,
 )
 
 if TYPE_CHECKING:
@@ -133,6 +135,9 @@ SECTIONS: Final = (
     Section("capacity-search", "Capacity search", _search),
     Section("steps", "Steps", _steps),
     Section("reasoning", "Reasoning", _one_table(REASONING_NOTE, reasoning_table, "reasoning")),
+    Section(
+        "valid-outputs", "Valid outputs", _one_table(VALIDITY_NOTE, validity_table, "validity")
+    ),  # fmt: skip
     Section("request-path", "Request path", _one_table(PATH_NOTE, path_table, "path")),
     Section("prefix-cache", "Prefix cache", _one_table(CACHE_NOTE, cache_table, "cache")),
     Section("sessions", "Sessions", _sessions),

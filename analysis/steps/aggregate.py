@@ -60,7 +60,7 @@ from analysis.kernel.schema import (
     SESSION_COLUMNS_1_3,
     WORKER_DELAY_COLUMNS_1_1,
 )
-from analysis.kernel.slo import Slo
+from analysis.kernel.slo import Slo, invalid_answers
 from analysis.read.clocks import aligned_sent_ns, worker_offsets_ns
 from analysis.read.load import RunData
 
@@ -117,6 +117,8 @@ PER_REQUEST_COLUMNS: Final = (
     "output_tokens",
     "reasoning_tokens",
     "answer_tokens",
+    "output_valid",
+    "output_invalid_reason",
     "prompt_tokens",
     "prompt_tokens_requested",
     "max_tokens",
@@ -278,6 +280,8 @@ class _Arrays:
     prompt_offset: np.ndarray  # prompt_tokens - prompt_tokens_requested (prompts without
     # history that llmload built), NaN otherwise
     good: np.ndarray | None
+    checked: np.ndarray  # the answer was checked (output_valid set)
+    invalid: np.ndarray | None  # ...and found invalid; None: no answer of the run was checked
     tokens_source: np.ndarray  # per request: output_tokens_source (None when unknown)
     stall_ns: np.ndarray  # per request: worker_stall_ns, NaN when not measured
     stall_phases: dict[str, np.ndarray]  # per request: stall seconds in its TTFT, decode, E2E
@@ -339,7 +343,11 @@ def _arrays(run: RunData, metrics: RequestMetrics, slo: Slo) -> _Arrays:
         # prompts llmload built, without history: a file's lengths never counted the chat
         # template, and a later turn's server count includes the turns it resends
         prompt_offset=np.where(built & without_history(req), reported - requested, np.nan),
-        good=slo.good(metrics.per_request, ok),
+        good=slo.good(metrics.per_request, ok, invalid_answers(req)),
+        checked=req["output_valid"].notna().to_numpy(bool)
+        if "output_valid" in req
+        else np.zeros(len(req), bool),
+        invalid=invalid_answers(req),
         tokens_source=req["output_tokens_source"].to_numpy(object)
         if "output_tokens_source" in req
         else np.full(len(req), None, dtype=object),
@@ -441,6 +449,8 @@ def _group_row(
     row.update(_latencies(metrics, latency, curves, chunk))
     row.update(_throughput(a, window, members, eligible, chunk.tokens_in_window))
     row.update(_token_means(a, req, metrics.per_request, latency))
+    row.update(validity_columns(int((latency & a.checked).sum()),
+                                int((latency & a.invalid).sum()) if a.invalid is not None else 0))  # fmt: skip
     row.update(_error_kinds(a, members))
     row.update(_token_source(a, latency))
     row.update(_worker_health(a, metrics.per_request, req, window, members, latency))
@@ -556,6 +566,13 @@ def _token_means(
             else 0,
         ),
     }
+
+
+def validity_columns(checked: int, invalid: int) -> dict[str, Any]:
+    """A group's successful requests whose answers were checked, those found invalid, and
+    the valid share (NaN when none was checked)."""
+    return {"requests_checked": checked, "requests_invalid": invalid,
+            "valid_share": (checked - invalid) / checked if checked else float("nan")}  # fmt: skip
 
 
 def reasoning_means(reasoning: float, answer: float, reasoned: int) -> dict[str, Any]:
@@ -698,6 +715,12 @@ def _step_warnings(row: dict[str, Any]) -> list[str]:
             f"{name}: {row['sessions_error']} of {row['sessions']} session(s) ended in error (a "
             "failed turn ends its session: its later turns were never sent; sessions.csv "
             "names them)"
+        )
+    if row.get("requests_invalid"):
+        out.append(
+            f"{name}: {row['requests_invalid']} of {row['requests_checked']} checked answer(s) "
+            f"were invalid (valid share {row['valid_share']:.1%}): ok rows that goodput leaves "
+            "out; requests.csv output_invalid_reason says why"
         )
     if row.get("output_tokens_source") == "events":
         out.append(

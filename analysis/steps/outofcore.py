@@ -77,6 +77,7 @@ from analysis.steps.aggregate import (
     prompt_offset_warning,
     reasoning_means,
     row_name,
+    validity_columns,
     weakest_source,
 )
 
@@ -486,6 +487,8 @@ SELECT gid,
        avg(reasoning_tokens) FILTER (WHERE is_ok) AS reasoning_tokens_mean,
        avg(answer_tokens) FILTER (WHERE is_ok) AS answer_tokens_mean,
        count(*) FILTER (WHERE is_ok AND first_reasoning_ns IS NOT NULL) AS requests_reasoning,
+       count(output_valid) FILTER (WHERE is_ok) AS requests_checked,
+       count(*) FILTER (WHERE is_ok AND NOT output_valid) AS requests_invalid,
        list(DISTINCT output_tokens_source) FILTER (WHERE is_ok) AS sources,
        count(*) FILTER (WHERE is_ok AND output_tokens_source = 'events') AS per_event,
        list(DISTINCT coalesce(worker_id, '')) FILTER (WHERE NOT is_dropped) AS senders,
@@ -556,14 +559,22 @@ def _window_sums(engine: Any, gs: list[_Group], by: str | None, good_sql: str | 
     return out
 
 
-def good_sql(slo: Slo) -> str | None:
-    """A request is good (Slo.good): ok and within every per-request threshold (a missing
-    value does not disqualify); None without thresholds."""
+def good_sql(slo: Slo, checked: bool = False) -> str | None:
+    """A request is good (Slo.good): ok, its answer not found invalid, and within every
+    per-request threshold (a missing value does not disqualify); None without thresholds,
+    unless the run's answers were `checked` (`_checked`)."""
+    valid = " AND coalesce(output_valid, true)" if checked else ""
     if not slo.thresholds:
-        return None
+        return f"is_ok{valid}" if checked else None
     limits = " AND ".join(f"coalesce(NOT ({t.column} > {float(t.limit)!r}), true)"
                           for t in slo.thresholds)  # fmt: skip
-    return f"is_ok AND {limits}"
+    return f"is_ok{valid} AND {limits}"
+
+
+def _checked(engine: Any) -> bool:
+    """Whether any answer of the run was checked (analysis/kernel/slo.invalid_answers)."""
+    found = engine.sql("SELECT count(output_valid) AS n FROM llmload_rq").to_pylist()[0]
+    return bool(found["n"])
 
 
 # -- the workers' stalls ----------------------------------------------------------------------
@@ -721,7 +732,7 @@ def engine_steps(
     _groups_table(engine, plan, by)
     gs = plan.groups
     warnings = plan.warnings
-    good = good_sql(slo)
+    good = good_sql(slo, _checked(engine))
 
     # the chunks' facts: ITL and ICL of each group's successful requests, tokens in windows
     elig_codes: dict[tuple[bool, str | None], int] = {}
@@ -914,6 +925,9 @@ def _row(
                 _f(s.get("answer_tokens_mean")),
                 int(s.get("requests_reasoning") or 0),
             ),  # fmt: skip
+            **validity_columns(
+                int(s.get("requests_checked") or 0), int(s.get("requests_invalid") or 0)
+            ),
         }
     )
     row.update({f"errors_{kind}": errors.get(kind, 0) for kind in ERROR_KINDS})
@@ -1050,7 +1064,7 @@ def _good_counter(engine: Any) -> Callable[[Slo, Window], int | None]:
     """judge.search.goodput_under's count (good, not cold, ended in the window) by `slo`."""
 
     def count(slo: Slo, window: Window) -> int | None:
-        good = good_sql(slo)
+        good = good_sql(slo, _checked(engine))
         if good is None:
             return None
         row = engine.sql(
@@ -1072,7 +1086,7 @@ def write_requests(engine: Any, path: Path, slo: Slo) -> None:
         "span": "false",
         **{c: "NULL::DOUBLE" for c in PATH_COLUMNS if c != "span"},
     }
-    good = good_sql(slo)
+    good = good_sql(slo, _checked(engine))
     if good is not None:
         computed["good"] = f"({good})"
     source = "llmload_rg q"
@@ -1448,7 +1462,7 @@ def _slice_totals(
         return {}
     first = "(done - round_even(coalesce(e2e_s - ttft_s, 0.0) * 1e9, 0)::BIGINT)"
     prompt = "coalesce(prompt_tokens::DOUBLE, prompt_tokens_requested::DOUBLE, 0.0)"
-    good = good_sql(slo) or "false"
+    good = good_sql(slo, _checked(engine)) or "false"
     found = engine.sql(
         f"SELECT 'done' AS t, {_slice_expr('done', start, end, slices)} AS j, "
         f"sum(coalesce(output_tokens, 0))::DOUBLE AS output, count(*)::DOUBLE AS requests, "

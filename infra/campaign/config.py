@@ -104,6 +104,7 @@ class Campaign:
     followup_workload: str = _default("followup_workload")
     tool_rate: float = _default("tool_rate")
     tool_latency: str = _default("tool_latency")
+    response_format: str = _default("response_format")
     max_concurrency: int = _default("max_concurrency")
     over_cap: str = _default("over_cap")
     search: str = _default("search")

@@ -17,6 +17,13 @@ from infra.simserver.http import HttpConnection, Request
 from infra.simserver.metrics import SimStats, render
 from infra.simserver.schema import GenerationParams, Kind, RequestRejected, parse_generation
 from infra.simserver.sse import ToolCall
+from infra.simserver.structured import (
+    CUT_BY_MAX_TOKENS,
+    INVALID_ON_PURPOSE,
+    Structured,
+    answer_pieces,
+    fit,
+)
 from infra.simserver.tokens import TokenText
 from infra.simserver.tracing import RequestRecord, SpanExporter
 from infra.simserver.truth import TruthLog
@@ -200,6 +207,10 @@ class SimApp:
         else:
             target = max(params.min_tokens, profile.output_len.sample(self.rng))
             target = min(target, params.max_tokens)
+        tool_call = self._draw_tool_call(params)
+        answer = self._structured(params, tool_call)
+        if answer is not None:  # its JSON's length, unless ignore_eos forces the cap
+            target = len(answer.pieces)
         plan = draw_faults(self.config.faults, self.rng, target)
         for name in plan.names:
             self.stats.faults[name] += 1
@@ -209,8 +220,27 @@ class SimApp:
             )
             self._reject(conn, request, request_id, error)
             return
-        tool_call = self._draw_tool_call(params)
-        Generation(self, conn, request, params, request_id, plan, target, tool_call).start()
+        Generation(self, conn, request, params, request_id, plan, target, tool_call,
+                   answer).start()  # fmt: skip
+
+    def _structured(self, params: GenerationParams, call: ToolCall | None) -> Structured | None:
+        """The JSON answer of a structured-output request or a tool call (structured.py):
+        broken on purpose at --invalid-rate; padded to max_tokens under ignore_eos, or cut by
+        it (then not valid either)."""
+        schema = params.tool_schema if call is not None else params.answer_schema
+        if schema is None:
+            return None
+        parts = answer_pieces(schema, self.rng)
+        rate = self.config.invalid_rate
+        broken = rate > 0 and self.rng.random() < rate
+        if broken:
+            parts = parts[:-1]
+        target = params.max_tokens if params.ignore_eos else min(len(parts), params.max_tokens)
+        parts, fits = fit(parts, target)
+        if broken:
+            self.stats.invalid_answers += 1
+        how = INVALID_ON_PURPOSE if broken else None if fits else CUT_BY_MAX_TOKENS
+        return Structured(parts, how is None, how)
 
     def _draw_tool_call(self, params: GenerationParams) -> ToolCall | None:
         """A chat request with `tools` is answered by a tool call at `--tool-call-rate`

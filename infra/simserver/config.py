@@ -34,6 +34,8 @@ class SimConfig:
     # a reasoning phase: the first N output tokens of each answer (not a tool call) are
     # reasoning, drawn per request; None: none
     reasoning_tokens: IntDist | None = None
+    # structured answers and tool calls broken on purpose (infra/simserver/structured.py)
+    invalid_rate: float = 0.0
     otlp_traces_endpoint: str | None = None  # OTLP/HTTP URL; None: no spans
     otlp_service_name: str = DEFAULT_SERVICE_NAME
     # several models (--served-models a,b): every id served, the first the default
@@ -74,6 +76,11 @@ class SimConfig:
             raise UsageError(
                 f"--tool-call-rate must be in [0, 1] (0.5: every other request with tools), "
                 f"not {self.tool_call_rate}"
+            )
+        if not 0.0 <= self.invalid_rate <= 1.0:
+            raise UsageError(
+                f"--invalid-rate must be in [0, 1] (0.1: one structured answer in ten broken), "
+                f"not {self.invalid_rate}"
             )
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be in 0..65535 (0: any free port), not {self.port}")

@@ -15,6 +15,7 @@ from infra.simserver.faults import FaultPlan
 from infra.simserver.http import CHUNKED_END, HttpConnection, Request, frame_chunk
 from infra.simserver.schema import GenerationParams
 from infra.simserver.sse import MALFORMED, ChunkEncoder, ToolCall
+from infra.simserver.structured import Structured
 from infra.simserver.tracing import RequestRecord
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class Generation:
         plan: FaultPlan,
         target_tokens: int,
         tool_call: ToolCall | None = None,
+        answer: Structured | None = None,
     ) -> None:
         self.app = app
         self.conn = conn
@@ -78,10 +80,13 @@ class Generation:
         self.request_id = request_id
         self.plan = plan
         self.tool_call = tool_call  # the answer is this tool call (arguments: the output)
+        self.answer = answer  # a JSON answer or tool call's arguments (structured.py)
         plan_reasoning = app.config.reasoning_tokens
         # the answer's first tokens that are reasoning (a tool call has none here)
         self.reasoning = (
-            plan_reasoning.sample(app.rng) if plan_reasoning is not None and not tool_call else 0
+            plan_reasoning.sample(app.rng)
+            if plan_reasoning is not None and not tool_call and answer is None
+            else 0
         )
         self.response_id = _ID_PREFIX[params.kind] + request_id
         self.created = int(time.time())
@@ -119,6 +124,13 @@ class Generation:
     def _output_tokens(self, count: int) -> list[str]:
         """The first `count` generated tokens (words), for the prefix cache."""
         return self.app.text.text(self.text_start, count).decode().split()
+
+    def _text(self, start: int, count: int) -> bytes:
+        """`count` tokens of the answer from its token `start` (0: its first): the JSON
+        answer's own (structured.py), else the text source's."""
+        if self.answer is not None:
+            return "".join(self.answer.pieces[start : start + count]).encode()
+        return self.app.text.text(self.text_start + start, count)
 
     def _finish_reason(self, seq: Sequence) -> str:
         return "tool_calls" if self.tool_call is not None else seq.finish_reason or "length"
@@ -204,7 +216,9 @@ class Generation:
         if not self._usage_cached:
             encoder.set_cached(seq.cached_tokens or 0)
             self._usage_cached = True
-        text = self.app.text.text(self.text_pos, self.pending)
+        text = self._text(self.text_pos - self.text_start, self.pending)
+        if self.answer is not None:  # JSON's quotes, escaped for the event's own JSON string
+            text = json.dumps(text.decode())[1:-1].encode()
         self.text_pos += self.pending
         events = encoder.deltas(text, generated, generated <= self.reasoning)
         tokens = [0] * (len(events) - 1)
@@ -218,7 +232,7 @@ class Generation:
         if done:
             thought = min(self.reasoning, generated)
             whole = (
-                self.app.text.text(self.text_start + thought, generated - thought).decode()
+                self._text(thought, generated - thought).decode()
                 if self.params.kind == "responses"
                 else ""
             )  # the Responses API repeats the whole answer at its end
@@ -267,8 +281,9 @@ class Generation:
     def _finish_whole(self, seq: Sequence) -> None:
         params = self.params
         thought = min(self.reasoning, seq.generated)
-        reasoning = self.app.text.text(self.text_pos, thought).decode()
-        text = self.app.text.text(self.text_pos + thought, seq.generated - thought).decode()
+        start = self.text_pos - self.text_start
+        reasoning = self._text(start, thought).decode()
+        text = self._text(start + thought, seq.generated - thought).decode()
         reason = self._finish_reason(seq)
         if params.kind in ("responses", "messages"):
             encoder = self._encoder()
@@ -379,6 +394,9 @@ class Generation:
                 "cached_tokens": seq.cached_tokens,
                 "tool_call": self.tool_call is not None,
                 "reasoning_tokens": min(self.reasoning, seq.generated),
+                # a JSON answer (structured.py): whether it parses and fits, and why not
+                "output_valid": None if self.answer is None else self.answer.valid,
+                "invalid": None if self.answer is None else self.answer.how,
                 "finish_reason": self._finish_reason(seq) if finished else None,
                 "faults": self.plan.names,
                 "headers_offset_ns": self.headers_offset_ns,

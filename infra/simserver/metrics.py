@@ -32,6 +32,7 @@ class SimStats:
     events: int = 0  # SSE events written (all kinds, [DONE] included)
     steps: int = 0  # engine steps
     tool_calls: int = 0  # answers that are tool calls
+    invalid_answers: int = 0  # structured answers broken on purpose (--invalid-rate)
     lag_seconds: float = 0.0  # time the engine ran behind its virtual schedule
     spans: SpanStats | None = None  # None: no --otlp-traces-endpoint (metrics absent)
 

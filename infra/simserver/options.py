@@ -121,6 +121,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="share of chat requests with `tools` answered by a tool call (default 0.5)",
     )
+    opt(
+        "--invalid-rate",
+        0.0,
+        type=float,
+        help="share of structured answers (response_format, tool calls) broken on purpose: "
+        "JSON that does not parse; the truth log says which (default 0)",
+    )
 
     opt(
         "--reasoning-tokens",
@@ -220,6 +227,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             capacity_tokens=args.prefix_cache_tokens,
         ),
         tool_call_rate=args.tool_call_rate,
+        invalid_rate=args.invalid_rate,
         reasoning_tokens=None
         if args.reasoning_tokens is None
         else IntDist.parse(args.reasoning_tokens, minimum=0, what="--reasoning-tokens"),

@@ -64,6 +64,10 @@ class GenerationParams:
     tool_name: str | None = None  # the function a tool call would name; None: no tools
     tool_forced: bool = False  # tool_choice "required" or a named function
     model: str | None = None  # the model asked for (None: the default)
+    # structured answers (infra/simserver/structured.py): the schema the answer must fit
+    # (a structured-output format; None: free text), the tool call's parameters
+    answer_schema: Any = None
+    tool_schema: Any = None
 
 
 def _bad(message: str, param: str | None = None) -> RequestRejected:
@@ -275,7 +279,45 @@ def parse_generation(
         tool_name=tool_name,
         tool_forced=tool_forced,
         model=model if isinstance(model, str) else None,
+        answer_schema=_answer_schema(kind, body),
+        tool_schema=_tool_parameters(body.get("tools"), tool_name),
     )
+
+
+def _answer_schema(kind: Kind, body: dict[str, Any]) -> Any:
+    """The schema a structured-output request asks its answer to fit: `response_format` (chat,
+    completions) or `text.format` (Responses); json_object: any object. None: free text."""
+    if kind == "responses":
+        text = body.get("text")
+        fmt = text.get("format") if isinstance(text, dict) else None
+        schema = fmt.get("schema") if isinstance(fmt, dict) else None
+    elif kind in ("chat", "completion"):
+        fmt = body.get("response_format")
+        named = fmt.get("json_schema") if isinstance(fmt, dict) else None
+        schema = named.get("schema") if isinstance(named, dict) else None
+    else:
+        return None
+    kind_of = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind_of == "json_object":
+        return {"type": "object"}
+    if kind_of == "json_schema":
+        return schema if isinstance(schema, dict) else {"type": "object"}
+    return None
+
+
+def _tool_parameters(tools: Any, name: str | None) -> Any:
+    """The named tool's schema: chat's `function.parameters`, the Responses API's flat
+    `parameters`, Messages' `input_schema`."""
+    if name is None or not isinstance(tools, list):
+        return None
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        inner = tool.get("function")
+        function: dict[str, Any] = inner if isinstance(inner, dict) else tool
+        if function.get("name") == name:
+            return function.get("parameters") or function.get("input_schema") or {}
+    return None
 
 
 def _text_words(content: Any, where: str, param: str, out: list[Hashable]) -> None:

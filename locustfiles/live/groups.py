@@ -2,8 +2,9 @@
 
 Workers (and the local runner) observe every finished request into a `Recorder`: per step
 (and the cold group) DDSketches (locustfiles/live/sketch.py, 1% relative accuracy) of TTFT,
-TPOT, per-token ITL, ICL and E2E over ok requests, counts by status and error kind, output
-and input tokens. `Recorder.take` hands over what it gathered since the last take as sparse
+TTFO (first answer token), TTFR (first reasoning token), TPOT, per-token ITL, ICL and E2E
+over ok requests, counts by status and error kind, the answers checked and found invalid
+(locustfiles/request/validity.py), output and input tokens. `Recorder.take` hands over what it gathered since the last take as sparse
 bins (bounded by groups × metrics × BIN_LIMIT, whatever the request rate) and starts afresh;
 `GroupStats.merge_wire` merges them exactly, as if one sketch had seen every request
 (the master's side: locustfiles/live/stats.py).
@@ -19,12 +20,12 @@ import numpy as np
 from locustfiles.live.sketch import Sketch
 from locustfiles.request.record import RequestRecord
 
-METRICS = ("ttft", "tpot", "itl", "icl", "e2e")
+METRICS = ("ttft", "ttfo", "ttfr", "tpot", "itl", "icl", "e2e")
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 NS = 1e9
 
 GroupKey = tuple[str, int | None]  # ("cold", None) or ("step", index)
-SCALARS = ("ttft", "e2e", "tpot")  # one value per request
+SCALARS = ("ttft", "ttfo", "ttfr", "e2e", "tpot")  # one value per request
 PENDING_EVENTS = 50_000
 """Output events a GroupStats buffers before binning them (~1 ms of numpy, 0.8 MB held)."""
 
@@ -50,7 +51,8 @@ class GroupStats:
     extensions instead of a DDSketch call per value and a Python loop per event."""
 
     __slots__ = ("_at", "_counts", "_k", "_scalars", "_sketches", "busy_s", "concurrency",
-                 "input_tokens", "outcomes", "output_tokens", "requests")  # fmt: skip
+                 "input_tokens", "invalid", "outcomes", "output_tokens", "requests",
+                 "validated")  # fmt: skip
 
     def __init__(self, concurrency: int = 0) -> None:
         self.concurrency = concurrency
@@ -60,6 +62,8 @@ class GroupStats:
         self.output_tokens = 0
         self.input_tokens = 0
         self.busy_s = 0.0  # summed request time: / elapsed = mean requests in flight
+        self.validated = 0  # ok answers checked (output_valid set)
+        self.invalid = 0  # ... and found invalid
         # waiting to be binned: TTFT, E2E, TPOT values; every request's output events
         self._scalars: dict[str, array[float]] = {m: array("d") for m in SCALARS}
         self._at: array[int] = array("q")  # event offsets (ns), request after request
@@ -89,6 +93,14 @@ class GroupStats:
         s = self._scalars
         if r.first_token_ns is not None:
             s["ttft"].append(r.first_token_ns / NS)
+        if r.first_answer_ns is not None:
+            s["ttfo"].append(r.first_answer_ns / NS)
+        if r.first_reasoning_ns is not None:
+            s["ttfr"].append(r.first_reasoning_ns / NS)
+        if r.output_valid is not None:
+            self.validated += 1
+            if not r.output_valid:
+                self.invalid += 1
         if r.end_ns is not None:
             s["e2e"].append(r.end_ns / NS)
         out = r.output_tokens
@@ -149,6 +161,8 @@ class GroupStats:
             "output_tokens": self.output_tokens,
             "input_tokens": self.input_tokens,
             "busy_s": self.busy_s,
+            "validated": self.validated,
+            "invalid": self.invalid,
             "sketches": {m: s.to_wire() for m, s in self.sketches.items() if s.count > 0},
         }
 
@@ -166,6 +180,8 @@ class GroupStats:
         self.output_tokens += int(wire.get("output_tokens") or 0)
         self.input_tokens += int(wire.get("input_tokens") or 0)
         self.busy_s += float(wire.get("busy_s") or 0.0)
+        self.validated += int(wire.get("validated") or 0)
+        self.invalid += int(wire.get("invalid") or 0)
         return delta
 
     def by_outcome(self) -> list[tuple[str, str, int]]:
@@ -186,6 +202,11 @@ class GroupStats:
             if status != "ok":
                 out[kind] = out.get(kind, 0) + n
         return out
+
+    @property
+    def valid_share(self) -> float | None:
+        """Of the ok answers checked, the share that were valid (None: none checked)."""
+        return (self.validated - self.invalid) / self.validated if self.validated else None
 
     def quantiles(self, metric: str) -> dict[str, float | None]:
         sketch = self.sketches[metric]

@@ -190,6 +190,7 @@ class LiveStats:
             "ok": group.count("ok"),
             "failed": group.count("error"),
             "errors": group.errors(),
+            "valid_share": group.valid_share,
         }
         for metric in METRICS:
             row[metric] = group.quantiles(metric)

@@ -55,6 +55,9 @@ class StepStats(Protocol):
     sketches: dict[str, Any]
     output_tokens: int  # the overload rule's throughput (overload.py)
 
+    @property
+    def valid_share(self) -> float | None: ...  # of the answers checked, the valid ones
+
     def count(self, status: str) -> int: ...
 
     def errors(self) -> dict[str, int]: ...  # failed requests by error kind
@@ -138,6 +141,8 @@ def _value(column: str, stats: StepStats | None) -> float | None:
     if column == "error_rate":
         ok, failed = stats.count("ok"), stats.count("error")
         return failed / (ok + failed) if ok + failed else None
+    if column == "valid_share":
+        return stats.valid_share
     metric, stat, _unit = column.rsplit("_", 2)
     sketch = stats.sketches.get(metric)
     if sketch is None or sketch.count <= 0:

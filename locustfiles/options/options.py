@@ -17,6 +17,7 @@ from analysis.kernel.errors import UsageError
 from locustfiles.options.rules import check_together
 from locustfiles.options.table import OPTION, OPTIONS, TABLE, add_arguments
 from locustfiles.options.tracerun import apply_trace
+from locustfiles.request.validity import ResponseFormat
 from locustfiles.traffic.models import ModelMix, parse_model_mix
 from locustfiles.traffic.spread import Spread
 from locustfiles.traffic.workloads import Workload, WorkloadKind
@@ -61,6 +62,7 @@ class ChatOptions:
     cancel_rate: float
     cancel_after_tokens: int
     extra_body: dict[str, Any]
+    response_format: ResponseFormat | None
     shared_prefix_tokens: int
     prefix_groups: int  # --shared-prefix-tokens N is one group of N tokens (from_parsed)
     prefix_tokens: int
@@ -133,12 +135,14 @@ class ChatOptions:
 
     def config(self) -> dict[str, Any]:
         """What the manifest records (no secret values: the key is named, not given)."""
-        skip = ("workload", "metadata", "followup_workload", "turns", "think_time", "tool_latency")
+        skip = ("workload", "metadata", "followup_workload", "turns", "think_time", "tool_latency",
+                "response_format")  # fmt: skip
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         out["workload"] = self.workload.spec
         out["followup_workload"] = self.followup_workload.spec if self.followup_workload else ""
         out.update(turns=self.turns.spec, think_time=self.think_time.spec,
                    tool_latency=self.tool_latency.spec)  # fmt: skip
+        out["response_format"] = self.response_format.spec if self.response_format else ""
         out["history"] = "full" if not self.history else f"window:{self.history}"
         out["trace_speedup"] = f"{self.trace_speedup:g}"  # as written: a Spec's text
         out.update(self.metadata)  # top level: the report reads e.g. config.hardware
@@ -177,6 +181,8 @@ def from_parsed(ns: Any) -> ChatOptions:
         stall_timeout=values["stall_timeout"] or None,
         metadata=_unshadowed(values["metadata"]),
     )
+    if values["response_format"] is not None and values["ignore_eos"] == "auto":
+        values["ignore_eos"] = "off"  # the format's grammar ends each answer: no forced length
     if values["shared_prefix_tokens"]:  # one prefix shared by all: one group
         values.update(prefix_groups=1, prefix_tokens=values["shared_prefix_tokens"])
     return ChatOptions(**values)

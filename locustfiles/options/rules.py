@@ -16,6 +16,7 @@ from typing import Any, Final
 from locustfiles.options.parsers import has_step_objectives
 from locustfiles.options.table import TABLE
 from locustfiles.options.voice import Voice
+from locustfiles.request.validity import FORMAT_ENDPOINTS
 
 SPAWN_RATE: Final = 100.0
 """Users/s the staircase spawns at: a step of up to 100 users spawns within a second."""
@@ -38,6 +39,7 @@ def check_together(
     _check_search(values, say)
     _check_prefix_groups(values, given, say)
     _check_continuous_usage(values, say)
+    _check_response_format(values, say)
 
 
 def _check_continuous_usage(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
@@ -48,6 +50,26 @@ def _check_continuous_usage(values: Mapping[str, Any], say: Callable[[str], Voic
             "on", f"applies to --endpoint chat and completions: the {endpoint} API has no such "
             "stream option; leave it at auto",
         )  # fmt: skip
+
+
+def _check_response_format(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:
+    """A structured output is asked in a body llmload writes, of an API that has one; its
+    grammar ends the answer, which ignore_eos would run past."""
+    fmt = values.get("response_format")
+    if fmt is None:
+        return
+    endpoint = values.get("endpoint", "chat")
+    flag = say("response_format")
+    if endpoint not in FORMAT_ENDPOINTS:
+        flag.being(fmt.spec, f"applies to --endpoint {', '.join(FORMAT_ENDPOINTS)}: the "
+                   f"{endpoint} API has no structured-output request")  # fmt: skip
+    if values.get("ignore_eos") == "on":
+        say("ignore_eos").being("on", f"would run each answer past the end of its format "
+                                f"({flag.ref}); leave it at auto (off with a format)")  # fmt: skip
+    taken = [k for k in ("response_format", "text") if k in (values.get("extra_body") or {})]
+    if taken:
+        say("extra_body").being(taken[0], f"sets the body's {taken[0]!r}, which {flag.ref} "
+                                "sets; give the format once")  # fmt: skip
 
 
 def _check_steps(values: Mapping[str, Any], say: Callable[[str], Voice]) -> None:

@@ -45,6 +45,7 @@ from locustfiles.options.parsers import (
 )
 from locustfiles.options.tracerun import parse_speedup
 from locustfiles.options.voice import CliVoice, FileVoice, as_arg
+from locustfiles.request.validity import parse_response_format
 from locustfiles.traffic.models import check_model_mix
 from locustfiles.traffic.spread import parse_spread
 from locustfiles.traffic.workloads import parse_workload
@@ -227,6 +228,11 @@ TABLE: tuple[Option, ...] = (
            "fraction of requests the client cancels on purpose (0-1)"),
     Option("--cancel-after-tokens", 1, Count(minimum=1),
            "output tokens after which a cancelled request disconnects"),
+    Option("--response-format", "", Spec(_text(parse_response_format), "json_schema:answer.json",
+                                         numbers=False),
+           "structured output asked of every request and checked on every answer: json_object "
+           "or json_schema:FILE (a JSON Schema); invalid answers are ok rows with output_valid "
+           "false", key="response_format"),
     Option("--extra-body", "", Json('{"temperature": 0}', check_extra_body),
            "JSON object merged into every request body (not model, messages, prompt, max_tokens, "
            "max_completion_tokens, stream, stream_options or n: llmload sets those)"),

@@ -114,6 +114,8 @@ class RequestRecord:
     first_reasoning_ns: int | None = None
     first_answer_ns: int | None = None
     reasoning_tokens: int | None = None
+    output_valid: bool | None = None  # locustfiles/request/validity.py
+    output_invalid_reason: str | None = None
     # not a column: the server's count of the reasoning tokens (its usage's details), which
     # `finish` prefers to the reasoning events' own
     usage_reasoning_tokens: int | None = None

@@ -67,6 +67,8 @@ def request_body(
         body["ignore_eos"] = True
     if tools:
         body["tools"] = endpoint_tools(endpoint, tools)
+    if options.response_format is not None:
+        body.update(options.response_format.body(endpoint))
     body.update(options.extra_body)
     return body
 

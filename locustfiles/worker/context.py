@@ -33,6 +33,7 @@ from locustfiles.request.errors import (
 from locustfiles.request.exchange import HttpStatusError
 from locustfiles.request.record import RequestRecord, new_request_id
 from locustfiles.request.sse import kernel_skew_ns
+from locustfiles.request.validity import OutputCheck
 from locustfiles.run.protocol import StepState
 from locustfiles.run.secrets import redact, redact_logs, run_secrets
 from locustfiles.run.service import Ask, HookFailed, Service, prepare
@@ -96,6 +97,10 @@ class WorkerContext:
         self.worker_id: str = identity["worker_id"]
         self.step = step
         self.build = RequestBuilder(options, worker_index)  # what to send (building.py)
+        # what each answer is checked against: the format asked for, the tools offered
+        offered = TOOLS if options.tool_rate > 0 else []
+        self.checks = (OutputCheck(options.response_format, offered)
+                       if options.response_format is not None or offered else None)  # fmt: skip
         self.limits = Limits(
             connect_timeout=options.connect_timeout,
             request_timeout=options.request_timeout,
@@ -249,6 +254,9 @@ class WorkerContext:
         model = model or self.models.pick() or self.target.model
         record = self.build.record(step, arrival, turn, spec, text, model, session)
         request_id = record.request_id
+        checks = self.checks
+        if checks is not None and checks.collects_text and record.reply_parts is None:
+            record.reply_parts = []  # the answer's text, for its check
         prompt = None if spec.messages is not None else text
         tools = TOOLS if turn is not None and turn.offer_tools else None
         cancel = None
@@ -267,6 +275,11 @@ class WorkerContext:
                           record.session_id, record.turn)  # fmt: skip
                 self._send_by(service, pool, ask, record, cancel)
         finally:
+            if checks is not None:
+                try:  # is the answer what was asked for (validity.py)
+                    checks.judge(record)
+                except Exception:  # never at the cost of the request's row
+                    log.exception("llmload: the output check failed on request %s", request_id)
             try:  # live statistics (live.py); first: nothing here yields
                 self.live.observe(record)
             except Exception:  # never at the cost of the request's row

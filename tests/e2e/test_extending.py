@@ -201,7 +201,8 @@ def test_the_simulators_reasoning_phase_on_every_endpoint(tmp_path: Path) -> Non
             assert kinds[rid] == ["reasoning"] * 3 + ["content"] * 4, (endpoint, kinds[rid])
         # the same instant only when the two events came in one read
         after = ok["first_content_ns"] - ok["first_token_ns"]
-        assert (after >= 0).all() and (after > 0).mean() > 0.5, endpoint
+        assert (after >= 0).all() and (after > 0).any(), endpoint
+        assert (ok.loc[after == 0, "coalesced_events"] > 0).all(), endpoint
         # schema 1.5: TTFR is the first token here, TTFO the first content; the reasoning's
         # tokens as the truth log says (the usage's details on chat and responses, the
         # thinking events' own on messages)

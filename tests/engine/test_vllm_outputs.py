@@ -1,4 +1,5 @@
-"""What an answer is made of, against vLLM: reasoning apart from the answer (issue 38).
+"""What an answer is made of, against vLLM: reasoning apart from the answer, and valid
+structured outputs (issue 38).
 
 One server serves the module: the tiny Llama built with `--head-dim-64 --think` (its
 vocabulary has `<think>` and `</think>` as tokens of their own, and JSON's punctuation), under
@@ -28,7 +29,7 @@ import pytest
 from analysis import build_report
 from infra.engines.vllm_serve import VllmServe
 from tests.engine.test_vllm import STEPS, pytestmark  # noqa: F401  (the same skips and mark)
-from tests.support.chat import ROOT, run_locust
+from tests.support.chat import ROOT, TRIP_SCHEMA, run_locust
 
 THINK_REGEX = "<think>[a-z ]{4,24}</think>[a-z ]{4,}"
 """Reasoning of 4 to 24 letters and spaces between the markers, then an answer of letters."""
@@ -77,8 +78,10 @@ def test_reasoning_then_answer_on_vllms_reasoning_parser(
     assert len(ok) > 5
     # reasoning first, then the answer, on every request
     assert (ok["first_reasoning_ns"] == ok["first_token_ns"]).all()
-    after = ok["first_answer_ns"] - ok["first_reasoning_ns"]  # the same instant only when
-    assert (after >= 0).all() and (after > 0).mean() > 0.5  # both came in one socket read
+    after = ok["first_answer_ns"] - ok["first_reasoning_ns"]
+    assert (after >= 0).all() and (after > 0).any()
+    # the same instant only when the two events came in one socket read (tiny model: often)
+    assert (ok.loc[after == 0, "coalesced_events"] > 0).all()
     assert (ok["first_answer_ns"] == ok["first_content_ns"]).all()
     # vLLM's own count of the reasoning (the tokens between the markers): 1 to 24 letters
     assert ok["reasoning_tokens"].between(1, 24).all(), ok["reasoning_tokens"].describe()
@@ -98,3 +101,35 @@ def test_reasoning_then_answer_on_vllms_reasoning_parser(
         assert 1 <= row["reasoning_tokens_mean"] <= 24 < row["answer_tokens_mean"] + 24
         assert row["slo_pass"] is True and row["good"] == row["ok"]
     assert "## Reasoning" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_structured_outputs_are_all_valid_json_of_the_schema(
+    server: VllmServe, think_model: Path, tmp_path: Path
+) -> None:
+    """`--response-format json_schema:FILE` against vLLM's structured outputs (xgrammar) on
+    the tiny random model: every answer is JSON the schema validates, checked on the worker
+    (`output_valid` true on every ok row), so the valid share is 1 and goodput counts them
+    all. Thinking is off for these requests (`chat_template_kwargs`), so the answer is content."""
+    schema = tmp_path / "trip.json"
+    schema.write_text(json.dumps(TRIP_SCHEMA))
+    extra = json.dumps({"chat_template_kwargs": {"enable_thinking": False}})
+    result = run_locust(server.url, tmp_path / "runs", "--model", server.model_id, *STEPS,
+                        "--workload", "D(16,128)", "--tokenizer", str(think_model),
+                        "--response-format", f"json_schema:{schema}", "--extra-body", extra,
+                        timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.output[-4000:] + "\n--- vLLM ---\n" + server.log_tail()
+    requests, _, manifest = result.events()
+    assert manifest["config"]["ignore_eos"] == "off"  # the grammar ends each answer
+    failed = requests[~requests["status"].isin(["ok", "aborted"])]
+    assert failed.empty, failed[["status", "error_kind", "error_detail"]].to_string()
+    ok = requests[requests["status"] == "ok"]
+    assert len(ok) > 5
+    bad = ok[ok["output_valid"] != True]  # noqa: E712
+    assert bad.empty, bad[["output_valid", "output_invalid_reason"]].to_string()
+    assert (ok["output_tokens"] < ok["max_tokens"]).all()  # each ended with its JSON
+    report = build_report(str(result.run_dir()), tmp_path / "report", progress=False,
+                          html=False, slo="valid_share=1")  # fmt: skip
+    for row in (r for r in report.step_rows if r["group"] == "step"):
+        assert row["requests_checked"] == row["ok"] > 0 and row["requests_invalid"] == 0
+        assert row["valid_share"] == 1.0 and row["slo_pass"] is True
+        assert row["good"] == row["ok"]

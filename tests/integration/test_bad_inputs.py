@@ -217,6 +217,17 @@ CASES = [
          "--cancel-after-tokens must be an integer >= 1, not 0; e.g. --cancel-after-tokens 1"),
     Case("extra-body-not-json", ("locust", "--extra-body", "{bad"), 2,
          "--extra-body is not valid JSON"),
+    Case("response-format-not-json-schema",
+         ("locust", "--response-format", "json_schema:s.json"), 2,
+         ("--response-format json_schema:s.json is not a valid JSON Schema: 'objekt' is not "
+          "valid", "; fix the schema"), setup=_write("s.json", '{"type": "objekt"}')),
+    Case("response-format-not-json", ("locust", "--response-format", "json_schema:s.json"), 2,
+         "--response-format json_schema:s.json: the file is not JSON",
+         setup=_write("s.json", "type: object")),
+    Case("response-format-on-messages", ("locust", "--response-format", "json_object",
+                                         "--endpoint", "messages"), 2,
+         "--response-format json_object applies to --endpoint chat, completions, responses: "
+         "the messages API has no structured-output request"),
     Case("extra-body-nan", ("locust", "--extra-body", '{"temperature": NaN}'), 2,
          "--extra-body is not valid JSON (NaN is not a JSON value)"),
     Case("extra-body-infinity", ("locust", "--extra-body", '{"top_p": -Infinity}'), 2,

@@ -281,3 +281,34 @@ def test_reasoning_answers_hand_computed_on_both_paths(tmp_path: Path) -> None:
     per = in_memory.per_request.sort_values("sent_at_ns")
     assert per["answer_tokens"].tolist() == [3, 2, 2, 0]
     assert per["ttfo_s"].isna().tolist() == [False, False, False, True]
+
+
+def test_checked_answers_hand_computed_on_both_paths(tmp_path: Path) -> None:
+    """The valid share (schema 1.5 output_valid) of five answers: three valid, one invalid,
+    one unchecked, and a failed request; goodput leaves the invalid one out, with or without
+    per-request thresholds; `valid_share` is an objective of at least."""
+    b = RunBuilder("checked")
+    b.add_step(0, 4, started_s=0, spawned_s=0, ended_s=10, warmup_s=0)
+    for i, valid in enumerate([True, True, False, True, None]):
+        b.add_request(sent_s=1.0 + i, chunks=[(0.1 * (i + 1), 1), (0.8, 1)], output_valid=valid,
+                      output_invalid_reason=None if valid is not False else "the answer is not JSON")  # fmt: skip
+    b.add_request(sent_s=7.0, status="error", error_kind="http_5xx", end_s=0.05)
+    uri = b.write(tmp_path / "ev")
+    for slo, good in (("valid_share=0.9,ttft=0.35", 2), ("valid_share=0.75", 4)):
+        out_of_core, in_memory = both(uri, tmp_path / str(good), slo=slo)
+        assert_same_reports(out_of_core, in_memory)
+        row = in_memory.summary.iloc[0]
+        assert (row["requests_checked"], row["requests_invalid"]) == (4, 1)
+        assert row["valid_share"] == pytest.approx(0.75)
+        # within ttft <= 0.35: the valid answers at 0.1 and 0.2 (the one at 0.3 is invalid);
+        # without thresholds: every ok answer not found invalid, the unchecked one too
+        assert row["good"] == good, slo
+        passed = slo.startswith("valid_share=0.75")
+        assert row["slo_pass"] == passed, row["slo_failures"]
+        if not passed:
+            assert row["slo_failures"] == "valid_share 0.75 < 0.9"
+    assert any("1 of 4 checked answer(s) were invalid" in w for w in in_memory.warnings)
+    per = in_memory.per_request.sort_values("sent_at_ns")
+    assert per["output_valid"].tolist()[:5] == [True, True, False, True, None]
+    md = (tmp_path / "4" / "mem" / "report.md").read_text()
+    assert "## Valid outputs" in md and "75.0%" in md

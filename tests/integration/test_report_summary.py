@@ -44,9 +44,11 @@ def no_answer_times() -> dict[str, Any]:
 
 
 def no_reasoning_counts() -> dict[str, Any]:
-    """The reasoning and answer token columns of a run written before schema 1.5."""
+    """The reasoning and answer token columns of a run written before schema 1.5, and its
+    answers' checks: none."""
     nan = float("nan")
-    return {"reasoning_tokens_mean": nan, "answer_tokens_mean": nan, "requests_reasoning": 0}
+    return {"reasoning_tokens_mean": nan, "answer_tokens_mean": nan, "requests_reasoning": 0,
+            "requests_checked": 0, "requests_invalid": 0, "valid_share": nan}  # fmt: skip
 
 
 def errors(**counts: int) -> dict[str, int]:

@@ -263,3 +263,13 @@ def run_locust(
                 worker_out, _ = p.communicate()
             output += "\n--- worker ---\n" + (worker_out or "")
     return LocustResult(code, output, events_dir)
+
+
+TRIP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12},
+                   "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}  # fmt: skip
+"""A small JSON Schema for `--response-format json_schema:FILE` (tests of valid outputs)."""

@@ -27,6 +27,29 @@ def stats(ttft_s: float, n: int = 200, errors: int = 0) -> GroupStats:
     return group
 
 
+def test_judge_reads_the_live_answer_times_and_valid_share() -> None:
+    """TTFO and TTFR sketches and the valid share, live, as the report names them; a
+    worker's delta merged on the master holds them whole."""
+    worker = GroupStats()
+    for i in range(100):
+        r = RequestRecord(f"r{i}", 0, 1, False, "s", "chat", "m", True, 8, 4, "")
+        r.first_token_ns = r.first_reasoning_ns = 100_000_000
+        r.first_answer_ns = 300_000_000
+        r.end_ns = 400_000_000
+        r.output_valid = i % 10 != 0  # one answer in ten invalid
+        worker.observe(r)
+    group = GroupStats()
+    group.merge_wire(worker.to_wire(("step", 0)))
+    assert group.valid_share == pytest.approx(0.9)
+    slo = parse_slo("ttfo_p99=0.5,ttfr_p50=0.2,valid_share=0.95")
+    passed, failures, values = judge(slo, group)
+    assert values["ttfo_p99_s"] == pytest.approx(0.3, rel=0.02)
+    assert values["ttfr_p50_s"] == pytest.approx(0.1, rel=0.02)
+    assert failures == ["valid_share 0.9 < 0.95"] and not passed
+    assert judge(parse_slo("valid_share=0.9"), group)[0]
+    assert judge(parse_slo("valid_share=0.9"), stats(0.1))[1] == ["valid_share missing (no data)"]
+
+
 def drive(search: CapacitySearch, capacity: float) -> list[float]:
     """Run the search against a server that meets the SLO up to `capacity`."""
     levels = [search.first()]
