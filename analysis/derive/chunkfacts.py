@@ -45,7 +45,8 @@ from analysis.kernel.percentiles import PERCENTILES
 CURVE_QUANTILES: Final = np.linspace(0.0, 1.0, 201)
 """Quantiles of each latency curve (report.html's CDFs)."""
 
-CHUNK_COLUMNS: Final = ("itl_mean_s", "icl_mean_s", "chunk_count", "chunk_tokens")
+CHUNK_COLUMNS: Final = ("itl_mean_s", "icl_mean_s", "chunk_count", "chunk_tokens",
+                         "token_events", "multi_token_events", "max_event_tokens")  # fmt: skip
 """The per-request metrics that come from the chunks (analysis/derive/metrics.py)."""
 
 _RANK_TOLERANCE: Final = 1e-9  # as analysis/derive/stats.py
@@ -151,7 +152,10 @@ SELECT request_id, count(*) AS n, sum(tokens) AS tokens,
        min(offset_ns) AS first_ns, max(offset_ns) AS last_ns,
        min(offset_ns) FILTER (WHERE tokens > 0) AS first_token_ns,
        max(offset_ns) FILTER (WHERE tokens > 0) AS last_token_ns,
-       sum(tokens) FILTER (WHERE tokens > 0) AS token_chunk_tokens
+       sum(tokens) FILTER (WHERE tokens > 0) AS token_chunk_tokens,
+       count(*) FILTER (WHERE tokens > 0) AS token_events,
+       count(*) FILTER (WHERE tokens > 1) AS multi_token_events,
+       max(tokens) AS max_event_tokens
 FROM llmload_chunks GROUP BY request_id
 """
 """Per request id: its chunks' count, tokens, first and last offsets (matched to the request
@@ -345,7 +349,8 @@ class EngineChunkFacts:
         if frame["request_id"].duplicated().any():  # one id in two batches: merge its rows
             frame = frame.groupby("request_id", as_index=False).agg(
                 {"n": "sum", "tokens": "sum", "first_ns": "min", "last_ns": "max",
-                 "first_token_ns": "min", "last_token_ns": "max", "token_chunk_tokens": "sum"}
+                 "first_token_ns": "min", "last_token_ns": "max", "token_chunk_tokens": "sum",
+                 "token_events": "sum", "multi_token_events": "sum", "max_event_tokens": "max"}
             )  # fmt: skip
         rows = pd.Index(self.ids).get_indexer(frame["request_id"].astype(str))
         orphans = rows < 0
@@ -367,7 +372,10 @@ class EngineChunkFacts:
             icl = np.where(count > 1, (last - first) / (count - 1), np.nan)
         self._per_request = pd.DataFrame(
             {"itl_mean_s": itl, "icl_mean_s": icl, "chunk_count": count.astype(np.int64),
-             "chunk_tokens": column("tokens", 0)},
+             "chunk_tokens": column("tokens", 0),
+             "token_events": column("token_events", 0).astype(np.int64),
+             "multi_token_events": column("multi_token_events", 0).astype(np.int64),
+             "max_event_tokens": column("max_event_tokens", np.nan)},
             index=self.requests.index,
         )  # fmt: skip
 
@@ -572,7 +580,8 @@ class EngineChunkFacts:
 
 
 AGGREGATE_COLUMNS: Final = (
-    "n", "tokens", "first_ns", "last_ns", "first_token_ns", "last_token_ns", "token_chunk_tokens"
+    "n", "tokens", "first_ns", "last_ns", "first_token_ns", "last_token_ns", "token_chunk_tokens",
+    "token_events", "multi_token_events", "max_event_tokens",
 )  # fmt: skip
 """What _AGGREGATE_SQL gives per request id (`llmload_chunkagg`, TableChunkFacts)."""
 

@@ -130,6 +130,15 @@ def _group_starts(request: np.ndarray) -> np.ndarray:
     return first
 
 
+def _per_request_max(ridx: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Each request's largest value (`ridx` sorted, as _sorted_chunks gives); NaN for none."""
+    out = np.full(n, np.nan)
+    if len(ridx):
+        starts = np.flatnonzero(_group_starts(ridx))
+        out[ridx[starts]] = np.maximum.reduceat(values, starts)
+    return out
+
+
 def _per_request_mean(samples: Samples, n: int) -> np.ndarray:
     total = np.bincount(samples.request, weights=samples.value_s * samples.weight, minlength=n)
     count = np.bincount(samples.request, weights=samples.weight, minlength=n)
@@ -182,7 +191,8 @@ def _interval_samples(ridx: np.ndarray, offset: np.ndarray, tokens: np.ndarray |
 
 PER_REQUEST_METRICS: Final = ("ttfe_s", "ttft_s", "ttfo_s", "ttfr_s", "tpot_s", "e2e_s",
                                "itl_mean_s", "icl_mean_s", "output_tokens_per_s",
-                               "answer_tokens", "chunk_count", "chunk_tokens")  # fmt: skip
+                               "answer_tokens", "chunk_count", "chunk_tokens", "token_events",
+                               "multi_token_events", "max_event_tokens")  # fmt: skip
 """The per-request metric columns, in order."""
 
 
@@ -237,6 +247,11 @@ def compute_request_metrics(requests: pd.DataFrame, chunks: pd.DataFrame) -> Req
             "icl_mean_s": _per_request_mean(icl, n),
             "chunk_count": np.bincount(ridx, minlength=n),
             "chunk_tokens": np.bincount(ridx, weights=tokens, minlength=n),
+            # tokens per event (speculative decoding sends several): events with any, with
+            # more than one, and the most one event carried
+            "token_events": np.bincount(ridx[has_tokens], minlength=n),
+            "multi_token_events": np.bincount(ridx[tokens > 1], minlength=n),
+            "max_event_tokens": _per_request_max(ridx, tokens, n),
         },
         index=requests.index,
     )

@@ -11,6 +11,7 @@ returned warnings; they never stop a report.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -19,7 +20,16 @@ import pandas as pd
 from analysis.kernel.layout import is_server_metrics_key
 from analysis.kernel.storage import ObjectStore, StorageError
 
-COLUMNS: Final = ("scraped_at_ns", "ok", "running", "waiting", "kv_cache_usage", "error")
+COUNTERS: Final = {
+    "spec_drafts": "vllm:spec_decode_num_drafts_total",
+    "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+"""Counters read from the allowlisted series (`values`, summed over their labels), by
+column: speculative decoding's (vLLM's names; `llmload sim --spec-draft-tokens` exports
+them too). NaN in a scrape that has none."""
+COLUMNS: Final = ("scraped_at_ns", "ok", "running", "waiting", "kv_cache_usage", "error",
+                  *COUNTERS)  # fmt: skip
 GAUGES: Final = ("running", "waiting", "kv_cache_usage")
 
 
@@ -45,6 +55,19 @@ def _number(value: object) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool)
         else float("nan")
     )
+
+
+def _counters(values: object) -> dict[str, float]:
+    """COUNTERS from a scrape's `values` (`name{labels}` -> value), each summed over labels."""
+    out = {column: float("nan") for column in COUNTERS}
+    if not isinstance(values, dict):
+        return out
+    for series, value in values.items():
+        name = str(series).split("{", 1)[0]
+        for column, wanted in COUNTERS.items():
+            if name == wanted and not math.isnan(number := _number(value)):
+                out[column] = number if math.isnan(out[column]) else out[column] + number
+    return out
 
 
 def read_server_metrics(store: ObjectStore, keys: list[str]) -> ServerMetrics | None:
@@ -75,6 +98,7 @@ def read_server_metrics(store: ObjectStore, keys: list[str]) -> ServerMetrics | 
                     "ok": ok,
                     **{g: _number(obj.get(g)) if ok else float("nan") for g in GAUGES},
                     "error": None if ok else str(obj.get("error") or "unknown"),
+                    **_counters(obj.get("values") if ok else None),
                 }
             )
         if bad:

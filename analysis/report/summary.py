@@ -37,6 +37,7 @@ from analysis.derive.metrics import (
     request_timing,
     with_chunk_metrics,
 )
+from analysis.derive.speculation import add_speculation
 from analysis.judge.search import SearchSummary, summarize_search
 from analysis.judge.stopping import stopped_info
 from analysis.judge.verdict import Limits, Verdict, judge_run, parse_limits
@@ -316,6 +317,7 @@ def _report(
     warnings.extend(clock_warnings(run.manifest))
     if run.request_rows == 0:
         warnings.append("the run holds no request rows: there is nothing to summarise")
+    add_speculation(table.rows, run.server_metrics)  # the server's own counters, per step
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
     report.server_metrics = run.server_metrics
     report.slo_source = slo_source

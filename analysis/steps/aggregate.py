@@ -124,6 +124,9 @@ PER_REQUEST_COLUMNS: Final = (
     "max_tokens",
     "chunk_count",
     "chunk_tokens",
+    "token_events",
+    "multi_token_events",
+    "max_event_tokens",
     "output_tokens_source",
     *WORKER_DELAY_COLUMNS_1_1,
     *OPEN_LOOP_COLUMNS_1_2,
@@ -449,6 +452,11 @@ def _group_row(
     row.update(_latencies(metrics, latency, curves, chunk))
     row.update(_throughput(a, window, members, eligible, chunk.tokens_in_window))
     row.update(_token_means(a, req, metrics.per_request, latency))
+    per = metrics.per_request
+    tokens, events, multi = (float(np.nansum(per[c].to_numpy(np.float64)[latency]))
+                             for c in ("chunk_tokens", "token_events", "multi_token_events"))  # fmt: skip
+    most = _max(per["max_event_tokens"].to_numpy(np.float64)[latency])
+    row.update(event_token_columns(tokens, events, multi, most))
     row.update(validity_columns(int((latency & a.checked).sum()),
                                 int((latency & a.invalid).sum()) if a.invalid is not None else 0))  # fmt: skip
     row.update(_error_kinds(a, members))
@@ -565,6 +573,22 @@ def _token_means(
             if "first_reasoning_ns" in req
             else 0,
         ),
+    }
+
+
+def _max(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(values.max()) if len(values) else float("nan")
+
+
+def event_token_columns(tokens: float, events: float, multi: float, most: float) -> dict[str, Any]:
+    """How many tokens each output event of a group's successful requests carried (several
+    under speculative decoding, or when the server batches tokens into events): the mean,
+    the share of events with more than one, and the most one event carried."""
+    return {
+        "tokens_per_event_mean": tokens / events if events else float("nan"),
+        "multi_token_events_pct": 100.0 * multi / events if events else float("nan"),
+        "max_event_tokens": most,
     }
 
 

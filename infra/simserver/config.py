@@ -36,6 +36,10 @@ class SimConfig:
     reasoning_tokens: IntDist | None = None
     # structured answers and tool calls broken on purpose (infra/simserver/structured.py)
     invalid_rate: float = 0.0
+    # speculative decoding (infra/simserver/engine.py Speculation): draft tokens per step
+    # (0: off) and the probability each is accepted
+    spec_draft_tokens: int = 0
+    spec_acceptance: float = 0.7
     otlp_traces_endpoint: str | None = None  # OTLP/HTTP URL; None: no spans
     otlp_service_name: str = DEFAULT_SERVICE_NAME
     # several models (--served-models a,b): every id served, the first the default
@@ -76,6 +80,11 @@ class SimConfig:
             raise UsageError(
                 f"--tool-call-rate must be in [0, 1] (0.5: every other request with tools), "
                 f"not {self.tool_call_rate}"
+            )
+        if self.spec_draft_tokens < 0 or not 0.0 <= self.spec_acceptance <= 1.0:
+            raise UsageError(
+                f"--spec-draft-tokens must be >= 0 (0: off) and --spec-acceptance in [0, 1], "
+                f"not {self.spec_draft_tokens} and {self.spec_acceptance}"
             )
         if not 0.0 <= self.invalid_rate <= 1.0:
             raise UsageError(

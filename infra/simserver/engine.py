@@ -36,8 +36,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import random
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Protocol
 
 from infra.simserver.clock import PreciseTimer
@@ -58,8 +60,9 @@ class SeqState(enum.Enum):
 class SequenceSink(Protocol):
     """Receives a sequence's tokens (the response writer)."""
 
-    def on_token(self, seq: Sequence, done: bool) -> None:
-        """`seq.generated` just grew by one; `done` means the sequence has finished."""
+    def on_token(self, seq: Sequence, done: bool, more: bool = False) -> None:
+        """`seq.generated` just grew by one; `done` means the sequence has finished; `more`:
+        more tokens of this engine step follow (speculative decoding's accepted drafts)."""
 
 
 class Sequence:
@@ -82,6 +85,8 @@ class Sequence:
         "output_tokens",
         "cached_tokens",
         "block_keys",
+        "drafts",
+        "accepted",
         "scheduled_ns",
         "cost",
         "credit",
@@ -125,6 +130,29 @@ class Sequence:
         self.block_keys: list[int] | None = None
         # time.perf_counter_ns() when first admitted to the running batch (0: never).
         self.scheduled_ns = 0
+        # speculative decoding (Speculation): its steps that drafted, the drafts accepted
+        self.drafts = 0
+        self.accepted = 0
+
+
+@dataclass
+class Speculation:
+    """Speculative decoding: each step of a decoding sequence drafts `draft_tokens` tokens and
+    accepts them one after another with probability `acceptance` each, up to the first
+    rejection; the step emits one token plus those accepted (never past the sequence's
+    target), in one event. Counted as vLLM counts them: drafts (steps that drafted), draft
+    tokens, accepted tokens; so the acceptance rate is accepted / draft tokens, on average
+    (p + p^2 + ... + p^K) / K for acceptance p and K draft tokens."""
+
+    draft_tokens: int
+    acceptance: float
+    rng: random.Random
+
+    def accepted(self) -> int:
+        n = 0
+        while n < self.draft_tokens and self.rng.random() < self.acceptance:
+            n += 1
+        return n
 
 
 class Engine:
@@ -136,7 +164,9 @@ class Engine:
         stats: SimStats,
         time_scale: float = 1.0,
         cache: PrefixCache | None = None,
+        speculation: Speculation | None = None,
     ) -> None:
+        self.speculation = speculation  # None: one token per sequence per step
         self.profile = profile
         self.stats = stats
         self.time_scale = time_scale
@@ -337,18 +367,34 @@ class Engine:
                 if seq.credit < 1.0 - 1e-9:
                     continue
                 seq.credit = min(seq.credit - 1.0, 1.0)
-            seq.generated += 1
-            self._kv_used += 1
-            stats.generation_tokens += 1
-            if seq.generated >= seq.target_tokens:
-                seq.finish_reason = "length" if seq.generated >= seq.max_tokens else "stop"
-                seq.state = SeqState.FINISHED
-                del running[seq.key]
-                self._release(seq)
-                self._cache_insert(seq)
-                stats.finished[seq.finish_reason] += 1
-                seq.sink.on_token(seq, True)
-            else:
+            tokens = 1
+            spec = self.speculation
+            if spec is not None:  # drafts accepted this step, never past the target
+                accepted = min(spec.accepted(), max(seq.target_tokens - seq.generated - 1, 0))
+                seq.drafts += 1
+                seq.accepted += accepted
+                stats.spec_drafts += 1
+                stats.spec_draft_tokens += spec.draft_tokens
+                stats.spec_accepted_tokens += accepted
+                tokens += accepted
+            for i in range(tokens):
+                if i and seq.state is not SeqState.RUNNING:  # cancelled by its last token
+                    break
+                seq.generated += 1
+                self._kv_used += 1
+                stats.generation_tokens += 1
+                if seq.generated >= seq.target_tokens:
+                    seq.finish_reason = "length" if seq.generated >= seq.max_tokens else "stop"
+                    seq.state = SeqState.FINISHED
+                    del running[seq.key]
+                    self._release(seq)
+                    self._cache_insert(seq)
+                    stats.finished[seq.finish_reason] += 1
+                    seq.sink.on_token(seq, True)
+                    break
                 if seq.generated == seq.stall_at:
                     seq.resume_at = t + seq.stall_seconds
-                seq.sink.on_token(seq, False)
+                if i < tokens - 1:  # more of this step's tokens follow: one event for all
+                    seq.sink.on_token(seq, False, True)
+                else:
+                    seq.sink.on_token(seq, False)

@@ -53,7 +53,7 @@ _ID_PREFIX = {"chat": "chatcmpl-", "completion": "cmpl-", "responses": "resp_",
 class _Ended:
     """The sink of a sequence whose request has ended: tokens after that are ignored."""
 
-    def on_token(self, seq: Sequence, done: bool) -> None:
+    def on_token(self, seq: Sequence, done: bool, more: bool = False) -> None:
         pass
 
 
@@ -188,7 +188,7 @@ class Generation:
         self._log("cancelled")
 
     # --- engine sink ------------------------------------------------------------------------
-    def on_token(self, seq: Sequence, done: bool) -> None:
+    def on_token(self, seq: Sequence, done: bool, more: bool = False) -> None:
         self.pending += 1
         generated = seq.generated
         plan = self.plan
@@ -205,7 +205,7 @@ class Generation:
             return
         if (
             not done
-            and self.pending < self.k
+            and (self.pending < self.k or more)  # a step's tokens go in one event
             and generated != plan.malformed_at
             and generated != plan.drop_at
             and generated != self.reasoning  # no event holds reasoning and answer both
@@ -394,6 +394,9 @@ class Generation:
                 "cached_tokens": seq.cached_tokens,
                 "tool_call": self.tool_call is not None,
                 "reasoning_tokens": min(self.reasoning, seq.generated),
+                # speculative decoding (--spec-draft-tokens): steps that drafted, accepted
+                "spec_drafts": seq.drafts,
+                "spec_accepted_tokens": seq.accepted,
                 # a JSON answer (structured.py): whether it parses and fits, and why not
                 "output_valid": None if self.answer is None else self.answer.valid,
                 "invalid": None if self.answer is None else self.answer.how,

@@ -33,6 +33,10 @@ class SimStats:
     steps: int = 0  # engine steps
     tool_calls: int = 0  # answers that are tool calls
     invalid_answers: int = 0  # structured answers broken on purpose (--invalid-rate)
+    # speculative decoding (--spec-draft-tokens): vLLM's counters
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
     lag_seconds: float = 0.0  # time the engine ran behind its virtual schedule
     spans: SpanStats | None = None  # None: no --otlp-traces-endpoint (metrics absent)
 
@@ -260,6 +264,13 @@ class SimCollector:
             success,
             "finished_reason",
         )
+        if getattr(engine, "speculation", None) is not None:  # absent without it, as vLLM's
+            for name, value in (("num_drafts_total", stats.spec_drafts),
+                                ("num_draft_tokens_total", stats.spec_draft_tokens),
+                                ("num_accepted_tokens_total", stats.spec_accepted_tokens)):  # fmt: skip
+                yield _counter(f"{PREFIX}spec_decode_{name}", "Speculative decoding.", value)
+                yield self._alias(counter, f"vllm:spec_decode_{name}", f"spec_decode_{name}",
+                                  _one(value))  # fmt: skip
         if cache is not None:
             yield self._alias(
                 counter,

@@ -122,6 +122,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of chat requests with `tools` answered by a tool call (default 0.5)",
     )
     opt(
+        "--spec-draft-tokens",
+        0,
+        type=int,
+        help="speculative decoding: tokens drafted per decode step, each accepted with "
+        "--spec-acceptance until the first rejection; a step's tokens go in one event "
+        "(default 0: off)",
+    )
+    opt(
+        "--spec-acceptance",
+        0.7,
+        type=float,
+        help="speculative decoding: probability each draft token is accepted (default 0.7)",
+    )
+    opt(
         "--invalid-rate",
         0.0,
         type=float,
@@ -228,6 +242,8 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         ),
         tool_call_rate=args.tool_call_rate,
         invalid_rate=args.invalid_rate,
+        spec_draft_tokens=args.spec_draft_tokens,
+        spec_acceptance=args.spec_acceptance,
         reasoning_tokens=None
         if args.reasoning_tokens is None
         else IntDist.parse(args.reasoning_tokens, minimum=0, what="--reasoning-tokens"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import signal
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import TextIO
 from analysis.kernel.errors import UsageError
 from infra.simserver.api import SimApp
 from infra.simserver.config import SimConfig
-from infra.simserver.engine import Engine
+from infra.simserver.engine import Engine, Speculation
 from infra.simserver.http import HttpConnection, stamp_arrivals
 from infra.simserver.metrics import SimStats
 from infra.simserver.prefix_cache import PrefixCache
@@ -32,7 +33,11 @@ class SimServer:
         cache = None
         if config.prefix_cache.enabled:
             cache = PrefixCache(config.prefix_cache.block_size, config.prefix_cache_tokens)
-        self.engine = Engine(config.profile, self.stats, config.time_scale, cache)
+        speculation = None
+        if config.spec_draft_tokens:  # its own random stream: the others draw as before
+            speculation = Speculation(config.spec_draft_tokens, config.spec_acceptance,
+                                      random.Random(f"{config.seed}:speculation"))  # fmt: skip
+        self.engine = Engine(config.profile, self.stats, config.time_scale, cache, speculation)
         self.truth: TruthLog | None = None
         self.tracer: SpanExporter | None = None
         self.app: SimApp | None = None

@@ -44,6 +44,10 @@ DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "vllm:generation_tokens_total",
     "vllm:prefix_cache_hits_total",
     "vllm:prefix_cache_queries_total",
+    # speculative decoding: drafts, draft tokens, accepted tokens (analysis/derive/speculation.py)
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
     "llmload_sim_kv_cache_reserved_tokens",
     "llmload_sim_requests_cancelled_total",
     "llmload_sim_engine_lag_seconds_total",

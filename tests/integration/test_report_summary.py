@@ -44,11 +44,30 @@ def no_answer_times() -> dict[str, Any]:
 
 
 def no_reasoning_counts() -> dict[str, Any]:
-    """The reasoning and answer token columns of a run written before schema 1.5, and its
-    answers' checks: none."""
+    """The reasoning and answer token columns of a run written before schema 1.5."""
     nan = float("nan")
-    return {"reasoning_tokens_mean": nan, "answer_tokens_mean": nan, "requests_reasoning": 0,
-            "requests_checked": 0, "requests_invalid": 0, "valid_share": nan}  # fmt: skip
+    return {"reasoning_tokens_mean": nan, "answer_tokens_mean": nan, "requests_reasoning": 0}
+
+
+def event_tokens(tokens: float, events: float, multi: float, most: float) -> dict[str, Any]:
+    """Tokens per output event of the successful requests: `tokens` over `events`, `multi`
+    of which carried more than one, `most` the most one carried."""
+    nan = float("nan")
+    return {"tokens_per_event_mean": tokens / events if events else nan,
+            "multi_token_events_pct": 100 * multi / events if events else nan,
+            "max_event_tokens": most}  # fmt: skip
+
+
+def unchecked() -> dict[str, Any]:
+    """No answer checked (no --response-format, no tool call), no speculative-decoding
+    counters (no server metrics)."""
+    nan = float("nan")
+    return {"requests_checked": 0, "requests_invalid": 0, "valid_share": nan}
+
+
+def no_speculation() -> dict[str, Any]:
+    return {c: float("nan") for c in ("spec_draft_tokens", "spec_accepted_tokens",
+                                      "spec_acceptance_rate", "spec_acceptance_length")}  # fmt: skip
 
 
 def errors(**counts: int) -> dict[str, int]:
@@ -132,12 +151,16 @@ COLD = {
     "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 2.0,
     **no_reasoning_counts(),
+    # events: 1, 1 | 2: four tokens in three events, one of them two
+    **event_tokens(4, 3, 1, 2),
+    **unchecked(),
     **errors(),
     **unmeasured(),
     **closed_loop(),
     **no_sessions(),
     **no_path(),
     "slo_pass": None, "slo_failures": "",
+    **no_speculation(),
     "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
@@ -170,12 +193,16 @@ STEP0 = {
     "prompt_tokens_offset_mean": 50 / 3,
     "output_tokens_requested_mean": 56.0, "output_tokens_mean": 2.75,
     **no_reasoning_counts(),
+    # events 1, 2, 1 | 3, 1 | 1 | 1, 1: 11 tokens in 8 events, two of several
+    **event_tokens(11, 8, 2, 3),
+    **unchecked(),
     **errors(http_5xx=1),
     **unmeasured(),
     **closed_loop(),
     **no_sessions(),
     **no_path(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
+    **no_speculation(),
     "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
@@ -201,12 +228,16 @@ STEP1 = {
     "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": 64.0, "output_tokens_mean": 3.5,
     **no_reasoning_counts(),
+    # events 3, 2 | 1, 1: 7 tokens in 4 events, two of several
+    **event_tokens(7, 4, 2, 3),
+    **unchecked(),
     **errors(stream_error=1, cancelled=1),
     **unmeasured(),
     **closed_loop(),
     **no_sessions(),
     **no_path(),
     "slo_pass": True, "slo_failures": "",
+    **no_speculation(),
     "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
@@ -224,6 +255,8 @@ STEP2 = {
     "prompt_tokens_offset_mean": float("nan"),
     "output_tokens_requested_mean": float("nan"), "output_tokens_mean": float("nan"),
     **no_reasoning_counts(),
+    **event_tokens(0, 0, 0, float("nan")),
+    **unchecked(),
     **errors(queue_rejected=1, connect=1),
     **unmeasured(None),
     **closed_loop(),
@@ -231,6 +264,7 @@ STEP2 = {
     **no_path(),
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
+    **no_speculation(),
     "verdict": "server-overloaded",
     "verdict_reasons": "step 2: 1 of 2 request(s) (50.0%) were rejected (429/503) or timed out "
     "(limit 1.0%)",
