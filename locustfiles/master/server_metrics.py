@@ -38,16 +38,21 @@ from locustfiles.request.exchange import exchange
 
 log = logging.getLogger("llmload.server_metrics")
 
+SPEC_DECODE_NAMES: tuple[str, ...] = (
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
+"""Speculative decoding's counters (analysis/derive/speculation.py): vLLM exports them only
+when it decodes speculatively."""
+
 DEFAULT_ALLOWLIST: tuple[str, ...] = (
     "vllm:num_preemptions_total",
     "vllm:prompt_tokens_total",
     "vllm:generation_tokens_total",
     "vllm:prefix_cache_hits_total",
     "vllm:prefix_cache_queries_total",
-    # speculative decoding: drafts, draft tokens, accepted tokens (analysis/derive/speculation.py)
-    "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total",
+    *SPEC_DECODE_NAMES,
     "llmload_sim_kv_cache_reserved_tokens",
     "llmload_sim_requests_cancelled_total",
     "llmload_sim_engine_lag_seconds_total",
