@@ -302,7 +302,7 @@ def _summarize_on_disk(
     if not requests_file:
         table.requests_file = None
         return report
-    write_requests(engine, table.requests_file, slo)
+    write_requests(engine, table.requests_file, slo, table.answers_checked)
     if table.sessions_on_disk:
         table.sessions_file = Path(folder) / "sessions.parquet"
         write_sessions(engine, table.sessions_file)

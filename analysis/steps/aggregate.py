@@ -207,6 +207,9 @@ class StepTable:
     good_in_window: Callable[[Slo, Window], int | None] | None = None
     """The engine's count of good requests ended in a window (judge.search); None in memory."""
     request_rows: int = 0
+    answers_checked: bool = False
+    """The engine's path: whether any answer of the run was checked (output_valid set), read
+    once (outofcore._checked) for every count of good requests."""
     requests_file: Path | None = None  # requests.parquet once written (the engine's path)
     sessions_on_disk: bool = False  # the engine's path: the run has sessions (sessions_file)
     sessions_file: Path | None = None  # sessions.parquet once written (the engine's path)

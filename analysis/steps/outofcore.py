@@ -740,7 +740,8 @@ def engine_steps(
     _groups_table(engine, plan, by)
     gs = plan.groups
     warnings = plan.warnings
-    good = good_sql(slo, _checked(engine))
+    checked = _checked(engine)
+    good = good_sql(slo, checked)
 
     # the chunks' facts: ITL and ICL of each group's successful requests, tokens in windows
     elig_codes: dict[tuple[bool, str | None], int] = {}
@@ -848,7 +849,8 @@ def engine_steps(
     table.sessions_on_disk = has_sessions
     table.timeline = _timeline(engine)
     table.ttft_sample = _ttft_sample(engine, run.request_rows)
-    table.good_in_window = _good_counter(engine)
+    table.good_in_window = _good_counter(engine, checked)
+    table.answers_checked = checked
     table.request_rows = run.request_rows
     return table
 
@@ -1074,11 +1076,11 @@ def _ttft_sample(engine: Any, rows: int) -> tuple[np.ndarray, np.ndarray]:
     return sent, ttft
 
 
-def _good_counter(engine: Any) -> Callable[[Slo, Window], int | None]:
+def _good_counter(engine: Any, checked: bool) -> Callable[[Slo, Window], int | None]:
     """judge.search.goodput_under's count (good, not cold, ended in the window) by `slo`."""
 
     def count(slo: Slo, window: Window) -> int | None:
-        good = good_sql(slo, _checked(engine))
+        good = good_sql(slo, checked)
         if good is None:
             return None
         row = engine.sql(
@@ -1090,8 +1092,9 @@ def _good_counter(engine: Any) -> Callable[[Slo, Window], int | None]:
     return count
 
 
-def write_requests(engine: Any, path: Path, slo: Slo) -> None:
-    """requests.parquet by the engine (aggregate.PER_REQUEST_COLUMNS, streaming)."""
+def write_requests(engine: Any, path: Path, slo: Slo, checked: bool) -> None:
+    """requests.parquet by the engine (aggregate.PER_REQUEST_COLUMNS, streaming); `checked`:
+    StepTable.answers_checked."""
     from analysis.derive.path import PER_REQUEST_COLUMNS as PATH_COLUMNS
 
     computed = {
@@ -1100,7 +1103,7 @@ def write_requests(engine: Any, path: Path, slo: Slo) -> None:
         "span": "false",
         **{c: "NULL::DOUBLE" for c in PATH_COLUMNS if c != "span"},
     }
-    good = good_sql(slo, _checked(engine))
+    good = good_sql(slo, checked)
     if good is not None:
         computed["good"] = f"({good})"
     source = "llmload_rg q"
@@ -1462,12 +1465,12 @@ def bootstrap_steps(
         done = sample.column("done").to_numpy().astype(np.int64)[mine]
         row = table.rows[gid]
         out[gid] = DiskStep(counts.get(gid, 0), values, done, itl_arrays,
-                            _slice_totals(engine, row, slo, slices))  # fmt: skip
+                            _slice_totals(engine, row, slo, slices, table.answers_checked))  # fmt: skip
     return out
 
 
 def _slice_totals(
-    engine: Any, row: Mapping[str, Any], slo: Slo, slices: int
+    engine: Any, row: Mapping[str, Any], slo: Slo, slices: int, checked: bool
 ) -> dict[str, np.ndarray]:
     """compare.bootstrap's rate totals of a step: what the run's successful requests (cold
     left out) finished in each slice of the window; input tokens by first-token time."""
@@ -1476,7 +1479,7 @@ def _slice_totals(
         return {}
     first = "(done - round_even(coalesce(e2e_s - ttft_s, 0.0) * 1e9, 0)::BIGINT)"
     prompt = "coalesce(prompt_tokens::DOUBLE, prompt_tokens_requested::DOUBLE, 0.0)"
-    good = good_sql(slo, _checked(engine)) or "false"
+    good = good_sql(slo, checked) or "false"
     found = engine.sql(
         f"SELECT 'done' AS t, {_slice_expr('done', start, end, slices)} AS j, "
         f"sum(coalesce(output_tokens, 0))::DOUBLE AS output, count(*)::DOUBLE AS requests, "

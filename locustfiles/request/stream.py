@@ -281,18 +281,6 @@ class StreamState:
             return
         if rec.first_token_ns is None:
             rec.first_token_ns = t
-        if content and rec.reply_parts is not None:
-            rec.reply_parts.append(content)
-        if content:
-            if rec.first_content_ns is None:
-                rec.first_content_ns = t
-                if rec.first_answer_ns is None:
-                    rec.first_answer_ns = t
-        elif calls:
-            if rec.first_answer_ns is None:
-                rec.first_answer_ns = t
-        elif rec.first_reasoning_ns is None:
-            rec.first_reasoning_ns = t
         rec.last_token_ns = t
         if exact is not None:
             tokens = exact  # the server's count for this event
@@ -313,13 +301,24 @@ class StreamState:
         rec.chunk_offsets.append(t)
         rec.chunk_tokens.append(tokens)
         rec.chunk_chars.append(len(content) + len(reasoning) + len(calls))
+        # the event's kind: its chunk row, and where that kind of output began
         if content:
             rec.chunk_kinds.append("content")
+            if rec.reply_parts is not None:
+                rec.reply_parts.append(content)
+            if rec.first_content_ns is None:
+                rec.first_content_ns = t
+                if rec.first_answer_ns is None:
+                    rec.first_answer_ns = t
         elif calls:
             rec.chunk_kinds.append("tool_call")
+            if rec.first_answer_ns is None:
+                rec.first_answer_ns = t
         else:  # reasoning alone: its tokens are the answer's only once it began
             rec.chunk_kinds.append("reasoning")
             rec.reasoning_tokens = (rec.reasoning_tokens or 0) + tokens
+            if rec.first_reasoning_ns is None:
+                rec.first_reasoning_ns = t
 
     def _textless(self, tokens: int, t: int) -> None:
         """Tokens the server counted but sent no text for: a chunk row with 0 characters."""

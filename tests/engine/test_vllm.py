@@ -182,18 +182,24 @@ class _OtlpHandler(BaseHTTPRequestHandler):
 
 
 # -- fixtures ----------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_tiny_model(tmp_path_factory: pytest.TempPathFactory, name: str, *flags: str) -> Path:
+    """The tiny Llama of `flags` (infra/engines/tiny_llama.py), kept in LLMLOAD_ENGINE_CACHE
+    when set (a directory built with the same recipe is reused)."""
     given = os.environ.get("LLMLOAD_ENGINE_CACHE")
     models = Path(given) if given else tmp_path_factory.mktemp("models")
-    out = models / "tiny-llama-hd64"
+    out = models / name
     subprocess.run(
-        [sys.executable, "-m", "infra.engines.tiny_llama", str(out), "--head-dim-64"],
+        [sys.executable, "-m", "infra.engines.tiny_llama", str(out), *flags],
         cwd=ROOT,
         check=True,
         timeout=300,
     )
     return out
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory, "tiny-llama-hd64", "--head-dim-64")
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,6 @@ Needs vLLM and the engine environment, as tests/engine/test_vllm.py; skipped els
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +25,12 @@ import pytest
 
 from analysis import build_report
 from infra.engines.vllm_serve import VllmServe
-from tests.engine.test_vllm import STEPS, pytestmark  # noqa: F401  (the same skips and mark)
-from tests.support.chat import ROOT, TRIP_SCHEMA, run_locust
+from tests.engine.test_vllm import (  # noqa: F401  (pytestmark: the same skips and mark)
+    STEPS,
+    build_tiny_model,
+    pytestmark,
+)
+from tests.support.chat import TRIP_SCHEMA, run_locust
 
 THINK_REGEX = "<think>[a-z ]{4,24}</think>[a-z ]{4,}"
 """Reasoning of 4 to 24 letters and spaces between the markers, then an answer of letters."""
@@ -37,16 +38,7 @@ THINK_REGEX = "<think>[a-z ]{4,24}</think>[a-z ]{4,}"
 
 @pytest.fixture(scope="module")
 def think_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("LLMLOAD_ENGINE_CACHE")
-    models = Path(given) if given else tmp_path_factory.mktemp("models")
-    out = models / "tiny-llama-hd64-think"
-    subprocess.run(
-        [sys.executable, "-m", "infra.engines.tiny_llama", str(out), "--head-dim-64", "--think"],
-        cwd=ROOT,
-        check=True,
-        timeout=300,
-    )
-    return out
+    return build_tiny_model(tmp_path_factory, "tiny-llama-hd64-think", "--head-dim-64", "--think")
 
 
 @pytest.fixture(scope="module")
