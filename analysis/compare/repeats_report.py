@@ -22,7 +22,7 @@ from analysis.compare.bootstrap import LATENCY_FIGURES, RATE_FIGURES
 from analysis.compare.repeats import RepeatFigure, Repeats
 from analysis.render.plots import Plot, _svg
 from analysis.render.present import MISSING, SIMULATED_BANNER, ms, num
-from analysis.render.report_html import _CSS, _figure, _list, _table
+from analysis.render.report_html import _figure, _list, _table, page_head, simulated_banner
 from analysis.report.summary import make_out_dir
 
 _NAMES: Final = {
@@ -123,16 +123,9 @@ def render_markdown(repeats: Repeats) -> str:
 
 def render_html(repeats: Repeats) -> str:
     title = f"llmload repeats: {len(repeats.run_ids)} runs"
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(title)}</title>",
-        f"<style>{_CSS}</style></head><body>",
-        f"<h1>{escape(title)}</h1>",
-    ]
+    parts = page_head(title)
     if repeats.simulated:
-        parts.append(f'<div class="banner" id="simulated-banner">{escape(SIMULATED_BANNER)}</div>')
+        parts.append(simulated_banner())
     parts.append(_table(["", ""], [[k, v] for k, v in _facts(repeats)], "facts"))
     if repeats.warnings:
         parts += ["<h2>Warnings</h2>", _list(repeats.warnings, "warnings")]

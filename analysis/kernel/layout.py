@@ -7,6 +7,7 @@ it; docs/events.md ("Object layout") describes the same keys:
     <prefix>/<run_id>/<table>/worker=<worker_id>/part-<seq>.parquet part_key(table, worker, seq)
     <prefix>/<run_id>/index/worker=<worker_id>.json                 index_key(worker)
     <prefix>/<run_id>/server_metrics/part-<seq>.jsonl               server_metrics_key(seq)
+    <prefix>/<run_id>/accelerator_metrics/part-<seq>.jsonl          accelerator_metrics_key(seq)
     <prefix>/<run_id>/spans/part-<source>-<seq>.parquet             spans_key(source, seq)
 
 Keys here are relative to the run (`<prefix>/<run_id>/`); `run_key` puts one under a run for
@@ -29,11 +30,13 @@ TABLE_NAMES: Final = ("requests", "chunks", "samples", "stalls")
 MANIFEST_NAME: Final = "manifest.json"
 INDEX_FOLDER: Final = "index"
 SERVER_METRICS_FOLDER: Final = "server_metrics"
+ACCELERATOR_METRICS_FOLDER: Final = "accelerator_metrics"
 SPANS_FOLDER: Final = "spans"
 
 _WORKER = "worker="
 _PART_RE = re.compile(rf"^([^/]+)/{_WORKER}([^/]+)/part-(\d+)\.parquet$")
 _SERVER_METRICS_RE = re.compile(rf"^{SERVER_METRICS_FOLDER}/part-\d+\.jsonl$")
+_ACCELERATOR_METRICS_RE = re.compile(rf"^{ACCELERATOR_METRICS_FOLDER}/part-\d+\.jsonl$")
 _SPANS_RE = re.compile(rf"^{SPANS_FOLDER}/part-([a-z]+)-(\d+)\.parquet$")
 
 
@@ -107,6 +110,15 @@ def server_metrics_key(seq: int) -> str:
 
 def is_server_metrics_key(key: str) -> bool:
     return _SERVER_METRICS_RE.match(key) is not None
+
+
+def accelerator_metrics_key(seq: int) -> str:
+    """Key of one part of the accelerators' scraped telemetry (JSON lines), relative to the run."""
+    return f"{ACCELERATOR_METRICS_FOLDER}/part-{seq:06d}.jsonl"
+
+
+def is_accelerator_metrics_key(key: str) -> bool:
+    return _ACCELERATOR_METRICS_RE.match(key) is not None
 
 
 def spans_key(source: str, seq: int) -> str:

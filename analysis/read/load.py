@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from analysis.kernel.errors import SchemaVersionError, UsageError
 from analysis.kernel.layout import (
+    ACCELERATOR_METRICS_FOLDER,
     INDEX_FOLDER,
     MANIFEST_NAME,
     SERVER_METRICS_FOLDER,
@@ -51,6 +52,7 @@ from analysis.kernel.schema import (
 )
 from analysis.kernel.spans import read_spans
 from analysis.kernel.storage import ObjectStore, open_store
+from analysis.read.accelerator import AcceleratorMetrics, read_accelerator
 from analysis.read.completeness import (
     Completeness,
     note_unconfirmed,
@@ -125,6 +127,7 @@ class RunData:
     """The readable requests parts, when left on disk (`load_run(..., requests=False)`):
     `requests` is then an empty frame of its columns and `request_rows` counts them."""
     request_rows: int = 0
+    accelerator: AcceleratorMetrics | None = None  # the accelerators' telemetry, when read
 
     @property
     def requests_on_disk(self) -> bool:
@@ -226,9 +229,11 @@ def _to_pandas(tables: list[pa.Table], schema: pa.Schema, columns: tuple[str, ..
 
 
 def run_keys(store: ObjectStore) -> list[str]:
-    """The keys under a run's own folders (parts, indexes, server metrics): never a walk of
-    everything below the URI, which for `/` (an unset `$EVENTS/$RUN_ID`) is the whole disk."""
-    folders = (*TABLE_NAMES, INDEX_FOLDER, SERVER_METRICS_FOLDER, SPANS_FOLDER)
+    """The keys under a run's own folders (parts, indexes, server and accelerator metrics):
+    never a walk of everything below the URI, which for `/` (an unset `$EVENTS/$RUN_ID`) is
+    the whole disk."""
+    folders = (*TABLE_NAMES, INDEX_FOLDER, SERVER_METRICS_FOLDER, ACCELERATOR_METRICS_FOLDER,
+               SPANS_FOLDER)  # fmt: skip
     return [o.key for folder in folders for o in store.list(f"{folder}/")]
 
 
@@ -417,12 +422,17 @@ def load_run(
     if server_metrics is not None:
         warnings.extend(server_metrics.warnings)
     spans = read_spans(store, keys, warnings)
-    return RunData(
+    accelerator = read_accelerator(store, keys)
+    if accelerator is not None:
+        warnings.extend(accelerator.warnings)
+    run = RunData(
         run_uri, run_id, manifest, request_frame, chunk_frame, comp, warnings, server_metrics,
         samples, stalls, None if chunks else sorted(f.path for f in footers["chunks"]),
         chunk_fs, spans, None if requests else sorted(f.path for f in footers["requests"]),
         comp.rows_read["requests"] if not requests else len(request_frame),
     )  # fmt: skip
+    run.accelerator = accelerator
+    return run
 
 
 def read_requests(run: RunData) -> None:

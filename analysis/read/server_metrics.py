@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import pandas as pd
 
@@ -70,18 +71,19 @@ def _counters(values: object) -> dict[str, float]:
     return out
 
 
-def read_server_metrics(store: ObjectStore, keys: list[str]) -> ServerMetrics | None:
-    """Read every `server_metrics/part-*.jsonl` among `keys`; None when there is none."""
-    parts = sorted(k for k in keys if is_server_metrics_key(k))
-    if not parts:
-        return None
-    rows: list[dict[str, object]] = []
-    warnings: list[str] = []
+def scrape_records(
+    store: ObjectStore, parts: list[str], what: str, warnings: list[str]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each readable line of the scrape `parts` as (scraped_at_ns, record), in order.
+
+    An unreadable part, or a part's unreadable lines, is skipped and named in `warnings`
+    (`what` names the series: "server metrics", "accelerator metrics").
+    """
     for key in parts:
         try:
             text = store.get(key).decode("utf-8")
         except (StorageError, OSError, UnicodeDecodeError) as exc:
-            warnings.append(f"server metrics part {key} could not be read (skipped): {exc}")
+            warnings.append(f"{what} part {key} could not be read (skipped): {exc}")
             continue
         bad = 0
         for line in text.splitlines():
@@ -91,18 +93,29 @@ def read_server_metrics(store: ObjectStore, keys: list[str]) -> ServerMetrics | 
             except (ValueError, KeyError, TypeError):
                 bad += 1
                 continue
-            ok = obj.get("ok") is True
-            rows.append(
-                {
-                    "scraped_at_ns": at,
-                    "ok": ok,
-                    **{g: _number(obj.get(g)) if ok else float("nan") for g in GAUGES},
-                    "error": None if ok else str(obj.get("error") or "unknown"),
-                    **_counters(obj.get("values") if ok else None),
-                }
-            )
+            yield at, obj
         if bad:
-            warnings.append(f"server metrics part {key}: {bad} unreadable line(s) skipped")
+            warnings.append(f"{what} part {key}: {bad} unreadable line(s) skipped")
+
+
+def read_server_metrics(store: ObjectStore, keys: list[str]) -> ServerMetrics | None:
+    """Read every `server_metrics/part-*.jsonl` among `keys`; None when there is none."""
+    parts = sorted(k for k in keys if is_server_metrics_key(k))
+    if not parts:
+        return None
+    rows: list[dict[str, object]] = []
+    warnings: list[str] = []
+    for at, obj in scrape_records(store, parts, "server metrics", warnings):
+        ok = obj.get("ok") is True
+        rows.append(
+            {
+                "scraped_at_ns": at,
+                "ok": ok,
+                **{g: _number(obj.get(g)) if ok else float("nan") for g in GAUGES},
+                "error": None if ok else str(obj.get("error") or "unknown"),
+                **_counters(obj.get("values") if ok else None),
+            }
+        )
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     frame = frame.astype({"scraped_at_ns": "int64", "ok": "bool"})
     frame = frame.sort_values("scraped_at_ns", ignore_index=True)

@@ -392,6 +392,40 @@ def request_path(report: Report) -> Plot | None:
     return Plot("plot-request-path", title, _svg(fig))
 
 
+def accelerator(report: Report) -> Plot | None:
+    """The accelerators' power (all GPUs) and utilisation (their mean) over time; None
+    without telemetry."""
+    telemetry = report.accelerator
+    if telemetry is None or telemetry.frame.empty:
+        return None
+    by_reading = telemetry.frame.groupby("scraped_at_ns", sort=True)
+    power = by_reading["power_w"].sum(min_count=1)
+    util = by_reading["util_pct"].mean()
+    at = power.index.to_numpy(np.int64)
+    t0 = int(at.min())
+    x = (at - t0) / 1e9
+    fig = Figure(figsize=(12, 5), layout="constrained")
+    ax_power, ax_util = fig.subplots(2, 1, sharex=True)
+    for ax, y, label, color in ((ax_power, power, "power (W, all GPUs)", "#c44e52"),
+                                (ax_util, util, "utilisation (%, mean GPU)", "#4c72b0")):  # fmt: skip
+        values = y.to_numpy(float)
+        if np.isnan(values).all():
+            _no_data(ax)
+        else:
+            ax.step(x, values, where="post", color=color)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        for row in report.table.rows:
+            if row["window_start_ns"] is not None and row["group"] == "step":
+                start, end = (row["window_start_ns"] - t0) / 1e9, (row["window_end_ns"] - t0) / 1e9
+                ax.axvspan(start, end, color="#55a868", alpha=0.08)
+    ax_util.set_xlabel("seconds since the first reading")
+    simulated = " (SIMULATED)" if telemetry.simulated else ""
+    fig.suptitle(f"Accelerator telemetry{simulated}; steady windows shaded")
+    return Plot("plot-accelerator", f"Accelerator power and utilisation over time{simulated}",
+                _svg(fig))  # fmt: skip
+
+
 def all_plots(report: Report) -> list[Plot]:
     load = (
         [latency_vs_rate(report), goodput_vs_rate(report)]
@@ -404,5 +438,5 @@ def all_plots(report: Report) -> list[Plot]:
         latency_distributions(report),
         timeline(report),
     ]
-    extras = (request_path(report), by_turn(report), server_metrics(report))
+    extras = (request_path(report), by_turn(report), server_metrics(report), accelerator(report))
     return [*plots, *(p for p in extras if p is not None)]

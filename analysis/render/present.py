@@ -172,6 +172,47 @@ CACHE_NOTE: Final = (
 )
 
 
+ACCELERATOR_TABLE: Final = (
+    ("step", step_label),
+    ("accelerators", lambda r: num(r.get("accelerators"), 0)),
+    ("tok/s per accelerator", lambda r: num(r.get("output_tokens_per_s_per_accelerator"))),
+    ("energy J", lambda r: num(r.get("accel_energy_j"))),
+    ("J/token", lambda r: num(r.get("accel_j_per_output_token"), 3)),
+    ("power W", lambda r: num(r.get("accel_power_w_mean"))),
+    ("util %", lambda r: num(r.get("accel_util_pct_mean"))),
+    ("memory MiB max", lambda r: num(r.get("accel_memory_used_mib_max"), 0)),
+    ("SM MHz", lambda r: num(r.get("accel_sm_clock_mhz_mean"), 0)),
+    ("throttled", lambda r: percent(r.get("accel_throttled_pct"))),
+    ("cost / 1M tokens", lambda r: num(r.get("cost_per_1m_output_tokens"), 2)),
+)
+"""Per step: the accelerators' energy, power and use over the window, and the cost per token."""
+
+
+def accelerator_lines(report: Report) -> list[str]:
+    """What the accelerator telemetry is: its source, whether it is simulated, what it counts."""
+    telemetry = report.accelerator
+    if telemetry is None:
+        return []
+    about = report.manifest.get("accelerator") or {}
+    source = about.get("source") or ", ".join(telemetry.sources) or MISSING
+    lines = []
+    if telemetry.simulated:
+        lines.append("SIMULATED: the telemetry is the simulator's model of its GPUs "
+                     '(simulated="true"), not a measurement of any accelerator.')  # fmt: skip
+    lines.append(f"source: {source}; {telemetry.gpus} GPU(s), "
+                 f"{telemetry.frame['scraped_at_ns'].nunique()} reading(s), "
+                 f"{telemetry.failures} failed")  # fmt: skip
+    lines.append("The telemetry counts all of the accelerators' work in each window, this "
+                 "run's and any other client's (docs/metrics.md).")  # fmt: skip
+    return lines
+
+
+def accelerator_table(report: Report) -> tuple[list[str], list[list[str]]]:
+    """The accelerator table: every step row (none without telemetry)."""
+    rows = [r for r in report.table.rows if r["group"] == "step"]
+    return _table_if(ACCELERATOR_TABLE, rows, lambda r: report.accelerator is not None)
+
+
 def _table_if(
     columns: tuple[tuple[str, Any], ...], rows: list[dict[str, Any]], shown: Any
 ) -> tuple[list[str], list[list[str]]]:

@@ -75,20 +75,30 @@ def _drawn(section: Section, drawn: Drawn) -> list[str]:
     return parts
 
 
-def render_html(report: Report) -> str:
-    verdict, reasons = verdict_heading(report)
-    parts = [
+def page_head(title: str, heading: str | None = None) -> list[str]:
+    """A self-contained page's opening: doctype, head with the report's style, and <h1>."""
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>llmload report: {escape(report.run_id)}</title>",
+        f"<title>{escape(title)}</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>llmload report: {escape(report.run_id)} · verdict: {escape(verdict)}</h1>",
+        f"<h1>{escape(heading or title)}</h1>",
     ]
+
+
+def simulated_banner() -> str:
+    return f'<div class="banner" id="simulated-banner">{escape(SIMULATED_BANNER)}</div>'
+
+
+def render_html(report: Report) -> str:
+    verdict, reasons = verdict_heading(report)
+    title = f"llmload report: {report.run_id}"
+    parts = page_head(title, f"{title} · verdict: {verdict}")
     if reasons:
         parts.append(_list(reasons, "verdict"))
     if report.simulated:
-        parts.append(f'<div class="banner" id="simulated-banner">{escape(SIMULATED_BANNER)}</div>')
+        parts.append(simulated_banner())
     facts = [*run_facts(report), *stopped_facts(report.manifest)]  # --stop-when cut it short
     parts.append(_table(["", ""], [[k, v] for k, v in facts], "facts"))
     for section in SECTIONS:

@@ -25,6 +25,8 @@ from analysis.render.present import (
     REASONING_NOTE,
     SESSIONS_NOTE,
     VALIDITY_NOTE,
+    accelerator_lines,
+    accelerator_table,
     cache_table,
     completeness_lines,
     error_table,
@@ -117,6 +119,14 @@ def _plots(report: Report) -> Drawn:
     return Drawn(plots=all_plots(report))
 
 
+def _accelerator(report: Report) -> Drawn | None:
+    """The accelerators' telemetry per step (--accelerator-metrics); none without it."""
+    if report.accelerator is None:
+        return None
+    headers, rows = accelerator_table(report)
+    return Drawn(lines=accelerator_lines(report), tables=[Table(headers, rows, "accelerator")])
+
+
 def _errors(report: Report) -> Drawn | None:
     headers, rows = error_table(report)
     return Drawn(tables=[Table(headers, rows)]) if rows else None
@@ -141,6 +151,7 @@ SECTIONS: Final = (
     Section("request-path", "Request path", _one_table(PATH_NOTE, path_table, "path")),
     Section("prefix-cache", "Prefix cache", _one_table(CACHE_NOTE, cache_table, "cache")),
     Section("sessions", "Sessions", _sessions),
+    Section("accelerator", "Accelerator", _accelerator),
     Section("plots", "Plots", _plots, html_only=True),
     Section("errors", "Errors by kind", _errors),
     Section("completeness", "Completeness", _completeness),

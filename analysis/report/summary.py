@@ -30,6 +30,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from analysis.derive.chunkfacts import EngineChunkFacts, MemoryChunkFacts, by_folder
+from analysis.derive.energy import add_accelerator
 from analysis.derive.metrics import (
     RequestMetrics,
     Samples,
@@ -43,6 +44,7 @@ from analysis.judge.stopping import stopped_info
 from analysis.judge.verdict import Limits, Verdict, judge_run, parse_limits
 from analysis.kernel.errors import UsageError
 from analysis.kernel.slo import Slo, parse_slo
+from analysis.read.accelerator import AcceleratorMetrics
 from analysis.read.clocks import clock_warnings
 from analysis.read.completeness import Completeness
 from analysis.read.engine import Engine
@@ -58,7 +60,7 @@ from analysis.steps.outofcore import (
     write_sessions,
 )
 
-SUMMARY_SCHEMA_VERSION: Final = "1.5"
+SUMMARY_SCHEMA_VERSION: Final = "1.6"
 """Version of summary.json (and the summary.csv columns); major changes break readers."""
 
 SUMMARY_KIND: Final = "llmload.summary"
@@ -80,6 +82,7 @@ class Report:
     warnings: list[str]
     files: dict[str, Path] = field(default_factory=dict)
     server_metrics: ServerMetrics | None = None  # the target's /metrics during the run
+    accelerator: AcceleratorMetrics | None = None  # the accelerators' telemetry (its readings)
     slo_source: str = "option"  # "option" (given to the report) or "run" (the run's own --slo)
     search: SearchSummary | None = None  # the run's capacity search, verdicts checked exactly
     itl: Samples | None = None  # per-token ITL samples (None: summarised out of core)
@@ -318,8 +321,11 @@ def _report(
     if run.request_rows == 0:
         warnings.append("the run holds no request rows: there is nothing to summarise")
     add_speculation(table.rows, run.server_metrics)  # the server's own counters, per step
+    config = run.manifest.get("config") or {}
+    warnings.extend(add_accelerator(table.rows, run.accelerator, config))  # energy, cost
     report = Report(run.run_id, run.uri, run.manifest, run.completeness, slo, table, warnings)
     report.server_metrics = run.server_metrics
+    report.accelerator = run.accelerator
     report.slo_source = slo_source
     report.verdict = judge_run(table.rows, run.manifest, run.completeness, limits, warnings)
     report.itl = itl

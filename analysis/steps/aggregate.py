@@ -268,6 +268,8 @@ class StepTable:
                 frame[column] = frame[column].astype("Int64")
         if "slo_pass" in frame:
             frame["slo_pass"] = frame["slo_pass"].astype("boolean")
+        if "accel_simulated" in frame:  # analysis/derive/energy.py (None: no telemetry)
+            frame["accel_simulated"] = frame["accel_simulated"].astype("boolean")
         return frame
 
 

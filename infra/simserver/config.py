@@ -10,6 +10,7 @@ from pathlib import Path
 from analysis.kernel.errors import UsageError
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
+from infra.simserver.gpus import GpuConfig
 from infra.simserver.prefix_cache import PrefixCacheConfig
 from infra.simserver.profiles import PROFILES, EngineProfile
 from infra.simserver.tracing import DEFAULT_SERVICE_NAME, Endpoint
@@ -40,6 +41,7 @@ class SimConfig:
     # (0: off) and the probability each is accepted
     spec_draft_tokens: int = 0
     spec_acceptance: float = 0.7
+    gpus: GpuConfig = field(default_factory=GpuConfig)  # the simulated GPUs' telemetry
     otlp_traces_endpoint: str | None = None  # OTLP/HTTP URL; None: no spans
     otlp_service_name: str = DEFAULT_SERVICE_NAME
     # several models (--served-models a,b): every id served, the first the default
@@ -85,6 +87,12 @@ class SimConfig:
             raise UsageError(
                 f"--spec-draft-tokens must be >= 0 (0: off) and --spec-acceptance in [0, 1], "
                 f"not {self.spec_draft_tokens} and {self.spec_acceptance}"
+            )
+        g = self.gpus
+        if g.count < 0 or not (0 <= g.idle_w <= g.peak_w and math.isfinite(g.peak_w)):
+            raise UsageError(
+                f"--sim-gpus must be >= 0 (0: none) and 0 <= --gpu-idle-watts <= "
+                f"--gpu-peak-watts, not {g.count}, {g.idle_w} and {g.peak_w}"
             )
         if not 0.0 <= self.invalid_rate <= 1.0:
             raise UsageError(

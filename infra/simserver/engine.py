@@ -347,6 +347,8 @@ class Engine:
             t = now()
             self._emit(batch, t)
             self.stats.steps += 1
+            if self.stats.gpus is not None:  # the simulated GPUs ran this step
+                self.stats.gpus.busy(duration)
             behind = t - end
             # Keep the virtual schedule (no drift) unless that would squeeze the next step:
             # running late by half a step or by LAG_RESET restarts the schedule from now.

@@ -15,6 +15,7 @@ from typing import Protocol
 from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from infra.simserver.gpus import SimGpus
 from infra.simserver.prefix_cache import PrefixCache
 from infra.simserver.tracing import SpanStats
 
@@ -39,6 +40,7 @@ class SimStats:
     spec_accepted_tokens: int = 0
     lag_seconds: float = 0.0  # time the engine ran behind its virtual schedule
     spans: SpanStats | None = None  # None: no --otlp-traces-endpoint (metrics absent)
+    gpus: SimGpus | None = None  # None: --sim-gpus 0 (no DCGM series)
 
 
 class EngineGauges(Protocol):
@@ -102,6 +104,7 @@ class SimCollector:
         yield from self._engine_families()
         yield from self._prefix_cache_families()
         yield from self._span_families()
+        yield from self._gpu_families()
         yield from self._vllm_aliases()
 
     @property
@@ -236,6 +239,18 @@ class SimCollector:
         yield _counter(
             f"{p}spans_failed_total", "Spans whose export failed (not resent).", spans.failed
         )
+
+    def _gpu_families(self) -> Iterator[Metric]:
+        """DCGM's names for the simulated GPUs (infra/simserver/gpus.py), as a DCGM exporter
+        labels them, plus simulated="true"; none with --sim-gpus 0."""
+        gpus = self.stats.gpus
+        if gpus is None:
+            return
+        labels = ("gpu", "UUID", "modelName", "simulated")
+        for name, samples in gpus.reading(self.engine.kv_reserved_tokens).items():
+            values = [((str(i), f"GPU-llmload-sim-{i:04d}", "llmload-sim", "true"), v)
+                      for i, v in samples]  # fmt: skip
+            yield _family(GaugeMetricFamily, name, "Simulated GPU (DCGM name).", values, labels)
 
     def _vllm_aliases(self) -> Iterator[Metric]:
         """vLLM's names for ours, labelled with the served model (`model_name`) first."""

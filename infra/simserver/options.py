@@ -13,6 +13,7 @@ from analysis.kernel.errors import UsageError
 from infra.simserver.config import SimConfig
 from infra.simserver.dist import IntDist
 from infra.simserver.faults import FaultConfig
+from infra.simserver.gpus import GpuConfig
 from infra.simserver.prefix_cache import PrefixCacheConfig
 from infra.simserver.profiles import PROFILES, EngineProfile, get_profile
 
@@ -152,6 +153,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "they count in the output and its cap (default: none)",
     )
 
+    opt = _adder(parser.add_argument_group("simulated GPUs (DCGM-like series on /metrics)"))
+    opt("--sim-gpus", 1, type=int,
+        help="GPUs serving the engine (tensor parallel), each with DCGM_FI_DEV_* series on "
+        "/metrics labelled simulated=\"true\" (default 1; 0: none)")  # fmt: skip
+    opt("--gpu-idle-watts", 60.0, type=float, help="a GPU's power while idle (default 60)")
+    opt("--gpu-peak-watts", 350.0, type=float,
+        help="a GPU's power while the engine runs a step (default 350)")  # fmt: skip
+
     opt = _adder(parser.add_argument_group("tracing (OpenTelemetry, as vLLM)"))
     opt(
         "--otlp-traces-endpoint",
@@ -244,6 +253,11 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         invalid_rate=args.invalid_rate,
         spec_draft_tokens=args.spec_draft_tokens,
         spec_acceptance=args.spec_acceptance,
+        gpus=GpuConfig(
+            count=int(args.sim_gpus),
+            idle_w=float(args.gpu_idle_watts),
+            peak_w=float(args.gpu_peak_watts),
+        ),
         reasoning_tokens=None
         if args.reasoning_tokens is None
         else IntDist.parse(args.reasoning_tokens, minimum=0, what="--reasoning-tokens"),

@@ -15,6 +15,7 @@ from analysis.kernel.errors import UsageError
 from infra.simserver.api import SimApp
 from infra.simserver.config import SimConfig
 from infra.simserver.engine import Engine, Speculation
+from infra.simserver.gpus import SimGpus
 from infra.simserver.http import HttpConnection, stamp_arrivals
 from infra.simserver.metrics import SimStats
 from infra.simserver.prefix_cache import PrefixCache
@@ -30,6 +31,8 @@ class SimServer:
         config.check()
         self.config = config
         self.stats = SimStats()
+        if config.gpus.count:
+            self.stats.gpus = SimGpus(config.gpus, time.monotonic)
         cache = None
         if config.prefix_cache.enabled:
             cache = PrefixCache(config.prefix_cache.block_size, config.prefix_cache_tokens)

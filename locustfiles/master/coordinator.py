@@ -29,6 +29,7 @@ import gevent.event
 
 from analysis.kernel.storage import ObjectExistsError, ObjectStore, open_store
 from locustfiles.live.board import Board
+from locustfiles.master.accelerator import AcceleratorScraper
 from locustfiles.master.cachephase import CachePhase
 from locustfiles.master.clocks import WorkerClocks
 from locustfiles.master.otlp import OtlpReceiver
@@ -128,6 +129,7 @@ class RunCoordinator:
         self._started = False
         self.finished_at: int | None = None
         self.server_metrics: ServerMetricsScraper | None = None
+        self.accelerator_metrics: AcceleratorScraper | None = None
         self.otlp = otlp
         self.engine_cold: dict[str, Any] | None = None  # the engine's start-up spans
         self.worker_clocks = WorkerClocks(runner.send_message)
@@ -149,6 +151,7 @@ class RunCoordinator:
             self.manifest.target = target
             self._write()
             self._start_server_metrics()
+            self._start_accelerator_metrics()
             if self.otlp is not None:
                 spool = self.options.spool_dir
                 self.otlp.begin_run(self.store, self.run_id,
@@ -173,6 +176,23 @@ class RunCoordinator:
             allowlist=(*DEFAULT_ALLOWLIST, *(n.strip() for n in extra.split(",") if n.strip())),
         )
         self.server_metrics.start()
+
+    def _start_accelerator_metrics(self) -> None:
+        """Scrape the accelerators' telemetry during the run (locustfiles/master/accelerator.py):
+        --accelerator-metrics, every --scrape-interval (2 s where that is 0: off for the
+        target's own metrics only)."""
+        source = self.options.accelerator_metrics
+        if not source:
+            return
+        if source == "target":  # the target serves the series on its own /metrics
+            if not self.environment.host:
+                return
+            source = self.environment.host.rstrip("/") + "/metrics"
+        interval = self.options.scrape_interval or 2.0
+        self.accelerator_metrics = AcceleratorScraper(self.store, self.run_id, source, interval)
+        self.accelerator_metrics.start()
+        self.manifest.accelerator = {"source": source, "kind": self.accelerator_metrics.kind,
+                                     "interval_s": interval}  # fmt: skip
 
     def _announce(self, step: int, concurrency: int, cold: bool, started_at_ns: int,
                   entry: dict[str, Any] | None = None) -> None:  # fmt: skip
@@ -339,6 +359,12 @@ class RunCoordinator:
         self.staircase.stop()
         if self.server_metrics is not None:
             self.server_metrics.stop()
+        if self.accelerator_metrics is not None:
+            scraper = self.accelerator_metrics
+            scraper.stop()
+            self.manifest.accelerator = {**(self.manifest.accelerator or {}),
+                                         "samples": scraper.samples, "failures": scraper.failures,
+                                         "parts": scraper.parts, "absent": scraper.absent}  # fmt: skip
         self.worker_clocks.stop()
         if local_report is not None:
             self.finished["local"] = local_report

@@ -14,6 +14,10 @@ A target without `/metrics` (404, or an answer that is not Prometheus text, or n
 llmload knows) turns the scraper off after one try, quietly: nothing is written. Once the
 target has answered, a failed scrape is a line with `ok: false`, logged and counted; nothing
 here ever raises into the run.
+
+The scraper is the base of the accelerator telemetry's (`locustfiles/master/accelerator.py`):
+a subclass names what it scrapes (`what`), reads one line (`read_line`), keys its parts
+(`part_key`) and says how loudly a source without metrics is reported (`absent_level`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import urllib3
 from analysis.kernel.layout import run_key, server_metrics_key
 from analysis.kernel.prometheus import (
     PrometheusFormatError,
+    Sample,
     allowed,
     engine_gauges,
     parse_prometheus,
@@ -62,8 +67,33 @@ DEFAULT_ALLOWLIST: tuple[str, ...] = (
 _MAX_VALUES = 200  # series per line at most: an allowlist like `vllm:*` must not explode
 
 
-class _NoMetrics(Exception):
+class NoMetrics(Exception):
     """The target does not expose Prometheus metrics here."""
+
+
+def fetch_prometheus(
+    pool: urllib3.PoolManager, url: str, headers: dict[str, str], timeout: float
+) -> tuple[int, float, list[Sample]]:
+    """GET a Prometheus text page: (wall-clock ns at the start, elapsed ms, samples).
+
+    Raises NoMetrics where the page is missing (404/405) or not Prometheus text, OSError on
+    another status, or the transport's error; `timeout` bounds it all.
+    """
+    at_ns = time.time_ns()
+    t0 = time.perf_counter()
+    resp = exchange(pool, "GET", url, None, headers, timeout)
+    if resp.error is not None:
+        raise resp.error
+    elapsed_ms = (time.perf_counter() - t0) * 1000
+    if resp.status in (404, 405):
+        raise NoMetrics(f"HTTP {resp.status}")
+    if resp.status != 200:
+        raise OSError(f"HTTP {resp.status}")
+    try:
+        samples = parse_prometheus(resp.data.decode("utf-8", "replace"))
+    except PrometheusFormatError as exc:
+        raise NoMetrics(f"not Prometheus text: {exc}") from None
+    return at_ns, elapsed_ms, samples
 
 
 def scrape_once(
@@ -73,24 +103,11 @@ def scrape_once(
     timeout: float,
     allowlist: Sequence[str] = DEFAULT_ALLOWLIST,
 ) -> dict[str, Any]:
-    """One scrape as a JSON-able line. Raises _NoMetrics, or urllib3/OSError on failure."""
-    at_ns = time.time_ns()
-    t0 = time.perf_counter()
-    resp = exchange(pool, "GET", url, None, headers, timeout)  # `timeout` bounds it all
-    if resp.error is not None:
-        raise resp.error
-    elapsed_ms = (time.perf_counter() - t0) * 1000
-    if resp.status in (404, 405):
-        raise _NoMetrics(f"HTTP {resp.status}")
-    if resp.status != 200:
-        raise OSError(f"HTTP {resp.status}")
-    try:
-        samples = parse_prometheus(resp.data.decode("utf-8", "replace"))
-    except PrometheusFormatError as exc:
-        raise _NoMetrics(f"not Prometheus text: {exc}") from None
+    """One scrape as a JSON-able line. Raises NoMetrics, or urllib3/OSError on failure."""
+    at_ns, elapsed_ms, samples = fetch_prometheus(pool, url, headers, timeout)
     gauges = engine_gauges(samples)
     if gauges.empty:
-        raise _NoMetrics("no running/waiting/KV-cache gauge")
+        raise NoMetrics("no running/waiting/KV-cache gauge")
     values = {s.key: s.value for s in samples if allowed(s.name, allowlist)}
     return {
         "scraped_at_ns": at_ns,
@@ -106,6 +123,9 @@ def scrape_once(
 
 class ServerMetricsScraper:
     """Scrapes `url` every `interval` seconds in a greenlet; writes JSONL parts to `store`."""
+
+    what = "server metrics"  # in log lines
+    absent_level = logging.INFO  # a target without /metrics: said once, quietly
 
     def __init__(
         self,
@@ -160,7 +180,8 @@ class ServerMetricsScraper:
             self.flush()
         if self.samples or self.failures:
             log.info(
-                "llmload: server metrics: %d sample(s), %d failed scrape(s), %d part(s)",
+                "llmload: %s: %d sample(s), %d failed scrape(s), %d part(s)",
+                self.what,
                 self.samples,
                 self.failures,
                 self.parts,
@@ -176,15 +197,24 @@ class ServerMetricsScraper:
             self._stopping.wait(max(0.0, next_at - time.monotonic()))
 
     # -- work --------------------------------------------------------------------------
+    def read_line(self) -> dict[str, Any]:
+        """One scrape as a line; raises NoMetrics, or anything else on a failed scrape."""
+        assert self._pool is not None
+        return scrape_once(self._pool, self.url, self.headers, self.timeout, self.allowlist)
+
+    def part_key(self, seq: int) -> str:
+        """The run-relative key of part `seq`."""
+        return server_metrics_key(seq)
+
     def scrape(self) -> None:
         """One attempt; never raises."""
-        assert self._pool is not None
         try:
-            line = scrape_once(self._pool, self.url, self.headers, self.timeout, self.allowlist)
-        except _NoMetrics as exc:
+            line = self.read_line()
+        except NoMetrics as exc:
             if not self._answered:
                 self.absent = str(exc)
-                log.info("llmload: no server metrics at %s (%s): not scraped", self.url, exc)
+                log.log(self.absent_level, "llmload: no %s at %s (%s): not scraped",
+                        self.what, self.url, exc)  # fmt: skip
                 return
             self._failed(str(exc))
             return
@@ -199,7 +229,8 @@ class ServerMetricsScraper:
         self.failures += 1
         if self.failures == 1 or self.failures % 10 == 0:
             log.warning(
-                "llmload: server metrics scrape of %s failed (%d so far): %s",
+                "llmload: %s scrape of %s failed (%d so far): %s",
+                self.what,
                 self.url,
                 self.failures,
                 error,
@@ -213,16 +244,16 @@ class ServerMetricsScraper:
             return
         lines, self._lines = self._lines, []
         data = "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines).encode()
-        key = run_key(self.run_id, server_metrics_key(self.parts))
+        key = run_key(self.run_id, self.part_key(self.parts))
         try:
             self.store.put(key, data)
             self.parts += 1
         except Exception as exc:  # a store outage keeps these samples for the next try
             reason = (str(exc) or type(exc).__name__)[:200]
-            log.debug("llmload: server metrics write failed", exc_info=True)
+            log.debug("llmload: %s write failed", self.what, exc_info=True)
             if reason != self._write_failure:  # once per cause, not at every flush
-                log.error("llmload: could not write server metrics part %s (%s); its samples "
-                          "are kept and written with the next part", key, reason)  # fmt: skip
+                log.error("llmload: could not write %s part %s (%s); its samples are kept "
+                          "and written with the next part", self.what, key, reason)  # fmt: skip
             self._write_failure = reason
             self._lines = lines + self._lines
         else:

@@ -128,6 +128,23 @@ class Seconds(Kind):
 
 
 @dataclass(frozen=True)
+class Amount(Kind):
+    """A finite number >= 0 of some `unit` (a price: 0 means none)."""
+
+    unit: str
+
+    def arguments(self) -> dict[str, Any]:
+        return {"type": float}
+
+    def value(self, raw: Any, say: Voice) -> Any:
+        if not _number(raw):
+            say.wrong_type(raw, f"a number ({self.unit})")
+        if not math.isfinite(raw) or raw < 0:
+            say.fail(f"must be a number >= 0 ({self.unit}), not {raw}; e.g. {say.example(2.5)}")
+        return float(raw)
+
+
+@dataclass(frozen=True)
 class Count(Kind):
     """An integer, within bounds where given."""
 

@@ -75,6 +75,9 @@ class ChatOptions:
     scrape_interval: float
     otlp_listen: str
     otlp_linger: float
+    accelerator_metrics: str  # "" (off), "nvml" or a DCGM exporter's URL
+    accelerators: int  # 0: the GPUs the telemetry shows
+    accelerator_hour_price: float  # 0: none
     gc_freeze: bool
     wait_ready: float
     report_dir: str

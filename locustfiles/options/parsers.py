@@ -69,6 +69,26 @@ def parse_listen(text: str) -> str:
     return text
 
 
+def parse_accelerator_source(text: str) -> str:
+    """--accelerator-metrics: empty (off), `nvml` (the local GPUs), `target` (the target's own
+    /metrics, where it serves the DCGM series itself: `llmload sim`, or a proxy that merges
+    them) or the http(s) URL of a DCGM exporter's Prometheus endpoint."""
+    if not text or text in ("nvml", "target"):
+        return text
+    try:
+        parts = urlsplit(text)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port out of range, a bracket left open
+        ok = False
+    if not ok or any(c.isspace() for c in text):
+        raise UsageError(
+            f"--accelerator-metrics {text!r} must be a DCGM exporter's http(s) URL, e.g. "
+            "--accelerator-metrics http://gpu-host:9400/metrics, nvml (this host's GPUs) or "
+            "target (the target's own /metrics)"
+        )
+    return text
+
+
 def parse_env_name(text: str) -> str:
     """--api-key-env: the name of an environment variable."""
     if not ENV_NAME_PATTERN.fullmatch(text):

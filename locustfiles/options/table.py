@@ -17,6 +17,7 @@ from functools import cached_property, partial
 from typing import Any
 
 from locustfiles.options.kinds import (
+    Amount,
     Checked,
     Choice,
     Count,
@@ -34,6 +35,7 @@ from locustfiles.options.parsers import (
     check_extra_body,
     check_slo,
     local_folder,
+    parse_accelerator_source,
     parse_arrival,
     parse_env_name,
     parse_followup,
@@ -266,6 +268,18 @@ TABLE: tuple[Option, ...] = (
     Option("--otlp-linger", 6.0, Seconds(),
            "seconds without a new span the master keeps receiving after the run (at most 3x this)",
            key="otlp_linger", needs="otlp_listen"),
+    Option("--accelerator-metrics", "", Checked(parse_accelerator_source, "{problem}"),
+           "accelerator telemetry scraped by the master every --scrape-interval: a DCGM "
+           "exporter's Prometheus URL (http://gpu-host:9400/metrics), nvml (this host's GPUs, "
+           "through nvidia-ml-py) or target (the target's own /metrics: llmload sim, an engine "
+           "sweep's engines); energy, power, utilisation and memory per step (empty: off)",
+           key="accelerator_metrics"),
+    Option("--accelerators", 0, Count(minimum=0),
+           "accelerators serving the target (tensor parallel 2: 2), for tokens/s and cost per "
+           "accelerator (0: the GPUs seen in the telemetry)", key="accelerators"),
+    Option("--accelerator-hour-price", 0.0, Amount("price of one accelerator-hour"),
+           "price of one accelerator-hour, for the cost per 1M output tokens (0: none)",
+           key="accelerator_hour_price"),
     Option("--wait-ready", 0.0, Seconds(positive=False),
            "seconds to wait for a target that is still starting (0: it must answer at once, within --connect-timeout)"),
     Option("--gc-freeze", "on", _ON_OFF,

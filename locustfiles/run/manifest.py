@@ -153,6 +153,9 @@ class RunManifest:
     stopped_by: str | None = None  # the signal that stopped the run early (SIGTERM, SIGINT)
     # the engine's spans received on the master (--otlp-listen): locustfiles/master/otlp.py
     spans: Mapping[str, Any] | None = None
+    # the accelerators' telemetry (--accelerator-metrics): locustfiles/master/accelerator.py;
+    # {source (no credentials), kind: dcgm|nvml, interval_s, samples, failures, parts, absent}
+    accelerator: Mapping[str, Any] | None = None
     # --stop-when overloaded skipped the remaining levels (locustfiles/master/search.py):
     # {after_step, level, reason, skipped_levels, rule}; None when it did not
     stopped: Mapping[str, Any] | None = None
@@ -193,6 +196,8 @@ class RunManifest:
         }
         if self.spans is not None:
             doc["spans"] = dict(self.spans)
+        if self.accelerator is not None:
+            doc["accelerator"] = scrub_config(dict(self.accelerator))  # a URL's user info goes
         scrubbed: dict[str, Any] = _scrub_values(doc, secrets)
         return scrubbed
 

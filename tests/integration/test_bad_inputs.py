@@ -281,6 +281,8 @@ CASES = [
          "events URI scheme 'ftp' is not supported; use s3://bucket/prefix"),
     Case("events-uri-credentials", ("locust", "--events-uri", "s3://key:secret@bucket/runs"), 2,
          "events URI must not carry credentials; set AWS_ACCESS_KEY_ID"),
+    Case("accelerator-metrics-not-a-url", ("locust", "--accelerator-metrics", "gpu-host:9400"), 2,
+         "--accelerator-metrics 'gpu-host:9400' must be a DCGM exporter's http(s) URL"),
     # -- unreachable targets and stores, missing tokenizer (start-up preflight) ------------
     Case("target-not-listening", ("locust", "--host", "http://127.0.0.1:{free_port}"), 2,
          "did not answer"),

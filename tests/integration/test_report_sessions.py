@@ -91,7 +91,7 @@ def test_turns_table_in_summary_and_reports(report: Report) -> None:
     for actual, expected in zip(report.turns, TURNS, strict=True):
         assert_close(actual, expected)
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.5"
+    assert doc["schema_version"] == "1.6"
     for actual, expected in zip(doc["turns"], TURNS, strict=True):
         assert_close(actual, expected)
     assert_close(doc["steps"][0], STEP0_SESSIONS)

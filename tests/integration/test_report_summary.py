@@ -70,6 +70,16 @@ def no_speculation() -> dict[str, Any]:
                                       "spec_acceptance_rate", "spec_acceptance_length")}  # fmt: skip
 
 
+def no_accelerator() -> dict[str, Any]:
+    """No accelerator telemetry, no --accelerators, no price: all missing."""
+    nan = float("nan")
+    return {"accelerators": nan, "output_tokens_per_s_per_accelerator": nan,
+            "accel_energy_j": nan, "accel_j_per_output_token": nan, "accel_power_w_mean": nan,
+            "accel_util_pct_mean": nan, "accel_memory_used_mib_max": nan,
+            "accel_sm_clock_mhz_mean": nan, "accel_throttled_pct": nan, "accel_simulated": None,
+            "cost_per_1m_output_tokens": nan}  # fmt: skip
+
+
 def errors(**counts: int) -> dict[str, int]:
     out = {f"errors_{k}": 0 for k in ERROR_KINDS}
     out["errors_other"] = 0
@@ -161,6 +171,7 @@ COLD = {
     **no_path(),
     "slo_pass": None, "slo_failures": "",
     **no_speculation(),
+    **no_accelerator(),
     "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
@@ -203,6 +214,7 @@ STEP0 = {
     **no_path(),
     "slo_pass": False, "slo_failures": "ttft_p99 0.5 > 0.45",
     **no_speculation(),
+    **no_accelerator(),
     "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
@@ -238,6 +250,7 @@ STEP1 = {
     **no_path(),
     "slo_pass": True, "slo_failures": "",
     **no_speculation(),
+    **no_accelerator(),
     "verdict": "valid", "verdict_reasons": "",
 }  # fmt: skip
 
@@ -265,6 +278,7 @@ STEP2 = {
     "slo_pass": False,
     "slo_failures": "ttft_p99 missing (no data); error_rate 1 > 0.5",
     **no_speculation(),
+    **no_accelerator(),
     "verdict": "server-overloaded",
     "verdict_reasons": "step 2: 1 of 2 request(s) (50.0%) were rejected (429/503) or timed out "
     "(limit 1.0%)",
@@ -301,7 +315,7 @@ def test_every_summary_column_matches_hand_computed_values(report) -> None:  # t
 
 def test_summary_json_and_csv_carry_the_same_rows(report) -> None:  # type: ignore[no-untyped-def]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.5" and doc["kind"] == "llmload.summary"
+    assert doc["schema_version"] == "1.6" and doc["kind"] == "llmload.summary"
     assert doc["verdict"]["verdict"] == "server-overloaded" and doc["notes"] == []
     assert doc["simulated"] is False
     assert doc["run"]["target"]["model"] == "tiny-llama"

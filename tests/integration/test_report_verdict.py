@@ -56,7 +56,7 @@ def test_a_saturated_worker_makes_its_step_and_the_run_client_limited(tmp_path: 
     assert not [w for w in report.warnings if "overlapped a stall" in w]
     assert [n for n in report.notes if n.startswith("step 0: 1 request(s) (16.7%) overlapped")]
     doc = json.loads(report.files["summary.json"].read_text())
-    assert doc["schema_version"] == "1.5"
+    assert doc["schema_version"] == "1.6"
     assert doc["verdict"]["verdict"] == "client-limited" and doc["verdict"]["limits"]["cpu"] == 80
     assert doc["notes"] and doc["steps"][1]["verdict"] == "client-limited"
     with report.files["summary.csv"].open() as fh:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class TargetHandler(http.server.BaseHTTPRequestHandler):
@@ -51,3 +53,13 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def closed(url: str) -> bool:
+    """Whether nothing accepts connections at the URL's host and port any more."""
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 0), timeout=1):
+            return False
+    except OSError:
+        return True

@@ -12,7 +12,9 @@ from analysis.kernel.layout import (
     TABLE_NAMES,
     PartKey,
     WorkerIndex,
+    accelerator_metrics_key,
     index_key,
+    is_accelerator_metrics_key,
     is_server_metrics_key,
     parse_index_key,
     parse_part_key,
@@ -66,6 +68,9 @@ def test_server_metrics_and_run_keys() -> None:
     assert server_metrics_key(3) == "server_metrics/part-000003.jsonl"
     assert is_server_metrics_key(server_metrics_key(3))
     assert not is_server_metrics_key("server_metrics/part-000003.json")
+    assert accelerator_metrics_key(3) == "accelerator_metrics/part-000003.jsonl"
+    assert is_accelerator_metrics_key(accelerator_metrics_key(3))
+    assert not is_accelerator_metrics_key(server_metrics_key(3))
     assert run_key("r1", MANIFEST_NAME) == "r1/manifest.json"
 
 
@@ -76,6 +81,7 @@ def test_docs_show_the_keys_the_code_builds() -> None:
         MANIFEST_NAME,
         index_key("<worker_id>"),
         server_metrics_key(0).replace("000000", "<seq>"),
+        accelerator_metrics_key(0).replace("000000", "<seq>"),
         *(part_key(t, "<worker_id>", 0).replace("000000", "<seq>") for t in TABLE_NAMES),
     }
     assert documented == built
