@@ -6,12 +6,15 @@
 
 config.py reads and validates the file, runner.py runs the processes, procs.py keeps them
 from outliving the command, stop.py ends the run going as `aborted` on SIGTERM or SIGINT
-(CampaignStopped: exit 128 + the signal), report.py builds and describes the reports.
+(CampaignStopped: exit 128 + the signal), report.py builds and describes the reports. An
+engine sweep (docs/sweeps.md): engine.py starts and stops one configuration's engine,
+sweep.py runs the plan once per configuration and writes the sweep report.
 """
 
 from infra.campaign.config import (
     Campaign,
     Engine,
+    EngineConfig,
     NamedWorkload,
     Target,
     load_campaign,
@@ -25,6 +28,7 @@ __all__ = [
     "CampaignError",
     "CampaignStopped",
     "Engine",
+    "EngineConfig",
     "NamedWorkload",
     "RunResult",
     "Target",

@@ -73,18 +73,99 @@ class NamedWorkload:
     spec: str
 
 
+METADATA_KEYS: Final = ("model_full_name", "revision", "server_version", "hardware",
+                        "launch_args")  # fmt: skip
+"""`engine` keys that are facts about the engine, recorded in each run's manifest config."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """One configuration of an engine sweep (docs/sweeps.md): the flags added to the engine's
+    command and its environment, or the URL of an engine someone else started."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str = ""  # an engine already running: nothing is started
+    accelerators: int = 0  # 0: the engine's (engine.accelerators)
+
+    @property
+    def started(self) -> bool:
+        """Whether llmload starts this configuration's engine (no `url`)."""
+        return not self.url
+
+
 @dataclass(frozen=True)
 class Engine:
-    """Facts about the engine under test, recorded in the manifest config and the report."""
+    """The engine under test: facts recorded in the manifest config and the report, and,
+    for a sweep, how to start it and the configurations to run the plan against."""
 
     model_full_name: str | None = None
     revision: str | None = None
     server_version: str | None = None
     hardware: str | None = None
     launch_args: str | None = None
+    command: tuple[str, ...] = ()  # starts the engine; {host} and {port} are filled in
+    env: Mapping[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port for each configuration ({port} in the command)
+    ready_path: str = "/v1/models"
+    ready_timeout: float = 600.0
+    stop_timeout: float = 30.0
+    accelerators: int = 0  # accelerators one engine uses (--accelerators); 0: unknown
+    sweep: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # flag -> values, in file order
+    configurations: tuple[EngineConfig, ...] = ()
 
     def metadata(self) -> dict[str, str]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+        return {k: getattr(self, k) for k in METADATA_KEYS if getattr(self, k)}
+
+    @property
+    def is_sweep(self) -> bool:
+        """Whether the campaign runs its plan once per engine configuration (docs/sweeps.md)."""
+        return bool(self.command or self.configurations)
+
+    def plan(self) -> tuple[EngineConfig, ...]:
+        """The configurations in order: the file's list, the `sweep` matrix (every
+        combination, the first flag varying slowest), or the command alone ("default")."""
+        if self.configurations:
+            return self.configurations
+        if not self.sweep:
+            return (EngineConfig("default"),)
+        import itertools
+
+        flags = [flag for flag, _ in self.sweep]
+        out = []
+        for values in itertools.product(*(values for _, values in self.sweep)):
+            args: list[str] = []
+            for flag, value in zip(flags, values, strict=True):
+                args += flag_args(flag, value)
+            name = ".".join(
+                f"{flag}-{_name_text(value)}" for flag, value in zip(flags, values, strict=True)
+            )
+            out.append(EngineConfig(_safe_name(name), tuple(args)))
+        return tuple(out)
+
+
+def flag_args(flag: str, value: Any) -> list[str]:
+    """A sweep value as command-line arguments: true `--flag`, false `--no-flag` (vLLM's
+    boolean flags), anything else `--flag VALUE`."""
+    if value is True:
+        return [f"--{flag}"]
+    if value is False:
+        return [f"--no-{flag}"]
+    return [f"--{flag}", _name_text(value)]
+
+
+def _name_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _safe_name(text: str) -> str:
+    """A configuration's name as run ids and folders take it (NAME_PATTERN)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "config"
+    return name[:64]
 
 
 @dataclass(frozen=True)
@@ -130,6 +211,9 @@ class Campaign:
     engine_block_size: int = _default("engine_block_size")
     otlp_listen: str = _default("otlp_listen")
     otlp_linger: float = _default("otlp_linger")
+    accelerator_metrics: str = _default("accelerator_metrics")
+    accelerators: int = _default("accelerators")
+    accelerator_hour_price: float = _default("accelerator_hour_price")
     fail_on_slo: bool = False
     repeat: int = 1  # runs of each workload (the same plan; new run ids, one campaign id)
     # Local worker processes: N, AUTO (one per usable CPU) or EXTERNAL (started elsewhere).
@@ -238,9 +322,18 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
     """Validate a parsed mapping into a Campaign."""
     _check_keys(data, source)
     top = _Section(data, source, "")
-    url = top.section("target", required=True).url("url")
-    engine_sec = top.section("engine")
-    engine = Engine(**{f.name: engine_sec.text_or_list(f.name) for f in fields(Engine)})
+    target_sec = top.section("target", required=True)
+    engine_given = isinstance(data, Mapping) and isinstance(data.get("engine"), Mapping)
+    sets_url = engine_given and bool(data["engine"].get("command") or
+                                      data["engine"].get("configurations"))  # fmt: skip
+    if sets_url and target_sec.data.get("url") is not None:
+        target_sec.fail(
+            "url",
+            "is set for each configuration by the engine section (its "
+            "command's host and port, or each configuration's url): remove it",
+        )
+    url = "" if sets_url else target_sec.url("url")
+    engine = top.section("engine").engine()
     key, workers = top.workers()
     expect = top.get("expect_workers", Count(minimum=1), None)
     if workers != EXTERNAL:
@@ -394,6 +487,117 @@ class _Section:
         option = OPTION["workload"]
         return str(option.kind.setting(spec, option.file(self.source, self.say(key).ref)))
 
+    def args(self, key: str) -> tuple[str, ...]:
+        """A command line: a string (split shell-style) or a list of strings and numbers."""
+        import shlex
+
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            try:
+                return tuple(shlex.split(value))
+            except ValueError as exc:
+                self.fail(key, f"is not a shell command line ({exc}); check its quotes")
+        if not isinstance(value, list) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
+        ):
+            self.fail(key, "must be a command line: a string, or a list of strings")
+        return tuple(str(v) for v in value)
+
+    def environment(self, key: str) -> dict[str, str]:
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value.values()
+        ):
+            self.fail(key, "must be a mapping of environment variables to strings, "
+                      "e.g. {VLLM_CPU_KVCACHE_SPACE: '1'}")  # fmt: skip
+        return {str(k): str(v) for k, v in value.items()}
+
+    def engine(self) -> Engine:
+        """The `engine` section: its facts, and how a sweep starts and varies the engine."""
+        command = self.args("command")
+        base = Engine(
+            model_full_name=self.text_or_list("model_full_name"),
+            revision=self.text_or_list("revision"),
+            server_version=self.text_or_list("server_version"),
+            hardware=self.text_or_list("hardware"),
+            launch_args=self.text_or_list("launch_args"),
+            command=command,
+            env=self.environment("env"),
+            host=self.get("host", Kind(), Engine.host),
+            port=self.get("port", Count(minimum=0, maximum=65535), Engine.port),
+            ready_path=self.get("ready_path", Kind(), Engine.ready_path),
+            ready_timeout=self.get("ready_timeout", Seconds(), Engine.ready_timeout),
+            stop_timeout=self.get("stop_timeout", Seconds(), Engine.stop_timeout),
+            accelerators=self.get("accelerators", Count(minimum=0), Engine.accelerators),
+        )
+        if not base.ready_path.startswith("/"):
+            self.fail("ready_path", f"must be a path starting with '/', not {base.ready_path!r}")
+        sweep = self.matrix("sweep")
+        configurations = self.configurations("configurations")
+        if sweep and configurations:
+            self.fail("sweep", "and configurations are two ways to list the configurations: "
+                      "keep one")  # fmt: skip
+        if sweep and not command:
+            self.fail("sweep", "needs engine.command: the command the flags are added to")
+        if command and base.port == 0 and not any("{port}" in arg for arg in command):
+            self.fail("command", "must place the port llmload picks: add {port} (e.g. "
+                      "'--port {port}'), or give engine.port")  # fmt: skip
+        for i, config in enumerate(configurations):
+            if config.started and not command:
+                self.fail(f"configurations[{i}]", "needs engine.command to start it, or a url "
+                          "of an engine already running")  # fmt: skip
+        import dataclasses
+
+        return dataclasses.replace(base, sweep=sweep, configurations=configurations)
+
+    def matrix(self, key: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, Mapping) or not value:
+            self.fail(key, "must map engine flags to lists of values, e.g. "
+                      "{max-num-seqs: [1, 4, 8]}")  # fmt: skip
+        out = []
+        for flag, values in value.items():
+            name = str(flag).lstrip("-")
+            if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", name):
+                self.fail(key, f"flag {flag!r} is not an engine flag name such as max-num-seqs")
+            if isinstance(values, str | int | float):
+                values = [values]
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(isinstance(v, str | int | float) for v in values)
+            ):
+                self.fail(f"{key}.{flag}", "must be a list of values, e.g. [1, 4, 8]")
+            out.append((name, tuple(values)))
+        return tuple(out)
+
+    def configurations(self, key: str) -> tuple[EngineConfig, ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not value:
+            self.fail(key, "must be a list of {name, args, env, url, accelerators}")
+        out = []
+        for i, item in enumerate(value):
+            sec = _Section(item, self.source, f"{self.say(key).ref}[{i}]")
+            url = sec.url("url") if sec.data.get("url") is not None else ""
+            if url and (sec.data.get("args") is not None or sec.data.get("env") is not None):
+                sec.fail("url", "names an engine already running: args and env cannot apply")
+            out.append(EngineConfig(
+                name=sec.name("name", ""), args=sec.args("args"), env=sec.environment("env"),
+                url=url, accelerators=sec.get("accelerators", Count(minimum=0), 0),
+            ))  # fmt: skip
+        names = [c.name for c in out]
+        if len(set(names)) != len(names):
+            self.fail(key, f"has duplicate names: {names}; give each configuration its own name")
+        return tuple(out)
+
     def extra(self, key: str) -> tuple[str, ...]:
         value = self.data.get(key)
         if value is None:
@@ -436,8 +640,15 @@ def _check_keys(data: Any, source: str) -> None:
 
     visit(data, Campaign, "", REQUIRED[""])
     if isinstance(data, Mapping):
-        visit(data.get("target"), Target, "target", REQUIRED["target"])
-        visit(data.get("engine"), Engine, "engine")
+        engine = data.get("engine")
+        starts = isinstance(engine, Mapping) and bool(
+            engine.get("command") or engine.get("configurations")
+        )
+        visit(data.get("target"), Target, "target", () if starts else REQUIRED["target"])
+        visit(engine, Engine, "engine")
+        configurations = engine.get("configurations") if isinstance(engine, Mapping) else None
+        for i, item in enumerate(configurations if isinstance(configurations, list) else []):
+            visit(item, EngineConfig, f"engine.configurations[{i}]", ("name",))
         workloads = data.get("workload")
         for i, item in enumerate(workloads if isinstance(workloads, list) else []):
             visit(item, NamedWorkload, f"workload[{i}]", REQUIRED["workload[]"])
@@ -452,4 +663,13 @@ def _check_keys(data: Any, source: str) -> None:
         raise UsageError(f"{source}: {'; '.join(problems)} (docs/campaign-config.md)")
 
 
-__all__ = ["AUTO", "EXTERNAL", "Campaign", "Engine", "NamedWorkload", "Target", "load_campaign"]
+__all__ = [
+    "AUTO",
+    "EXTERNAL",
+    "Campaign",
+    "Engine",
+    "EngineConfig",
+    "NamedWorkload",
+    "Target",
+    "load_campaign",
+]

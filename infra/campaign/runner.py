@@ -101,8 +101,13 @@ def run_campaign(
     *,
     env: Mapping[str, str] | None = None,
     echo: Echo = print,
+    tags: Mapping[str, Any] | None = None,
+    label: str = "",
 ) -> list[RunResult]:
-    """Run every workload of the campaign in turn and report each; see the module docstring."""
+    """Run every workload of the campaign in turn and report each; see the module docstring.
+
+    `tags` join every run's manifest config (a sweep's `engine_config` and `sweep_id`);
+    `label` goes into its run ids (`<name>-<time>-<hex>-<label>[-<workload>]`)."""
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     results = []
     campaign_id = new_campaign_id(campaign)
@@ -112,13 +117,13 @@ def run_campaign(
     with StopSignals() as stop:  # SIGTERM/SIGINT: the run going ends aborted (stop.py)
         for workload, repeat in plan:
             with scoped_environ(env or {}):
-                run_id = free_run_id(campaign, workload)
+                run_id = free_run_id(campaign, workload, label=label)
             out_dir = out_root / run_id
             run_uri = join_uri(campaign.events_uri, run_id)
-            tags = {"campaign_id": campaign_id, "repeat": repeat}
+            run_tags = {**(tags or {}), "campaign_id": campaign_id, "repeat": repeat}
             status = run_workload(
                 campaign, workload, run_id, out_dir / "logs", child_env, echo, stop=stop,
-                tags=tags,
+                tags=run_tags,
             )  # fmt: skip
             echo(f"run {run_id} ended; building the report from {run_uri}")
             with scoped_environ(env or {}):
@@ -150,10 +155,12 @@ def _search_outcome(campaign: Campaign, result: RunResult) -> str | None:
     return search_line(result.report)
 
 
-def new_run_id(campaign: Campaign, workload: NamedWorkload) -> str:
-    """`<name>-20261129T153012Z-1a2b3c[-<workload>]`: time-ordered, unique, readable."""
+def new_run_id(campaign: Campaign, workload: NamedWorkload, label: str = "") -> str:
+    """`<name>-20261129T153012Z-1a2b3c[-<label>][-<workload>]`: time-ordered, unique,
+    readable (a sweep's label is its configuration's name)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    suffix = f"-{workload.name}" if len(campaign.workload) > 1 else ""
+    suffix = f"-{label}" if label else ""
+    suffix += f"-{workload.name}" if len(campaign.workload) > 1 else ""
     return f"{campaign.name}-{stamp}-{uuid.uuid4().hex[:6]}{suffix}"
 
 
@@ -164,17 +171,19 @@ def new_campaign_id(campaign: Campaign) -> str:
     return f"{campaign.name}-{stamp}-c{uuid.uuid4().hex[:8]}"
 
 
-def free_run_id(campaign: Campaign, workload: NamedWorkload, tries: int = 100) -> str:
+def free_run_id(
+    campaign: Campaign, workload: NamedWorkload, tries: int = 100, label: str = ""
+) -> str:
     """A new run id that no run in the events store holds (a run id names one run).
 
     Where the store cannot say, the id is used: the master's preflight reports the store."""
-    run_id = new_run_id(campaign, workload)
+    run_id = new_run_id(campaign, workload, label)
     try:
         store = open_store(campaign.events_uri)  # once: each try only lists its own id
         for _ in range(tries):
             if not run_taken(store, run_id):
                 break
-            run_id = new_run_id(campaign, workload)
+            run_id = new_run_id(campaign, workload, label)
     except (LlmloadError, OSError):
         pass
     return run_id

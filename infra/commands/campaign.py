@@ -42,6 +42,11 @@ def register(sub: Any) -> None:
         help="start N local worker processes, or 'auto': one per CPU this process may use "
         "(overrides the file's workers_per_host, external included)",
     )  # fmt: skip
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="engine sweep: skip the configurations an interrupted try of this sweep finished "
+        "(its state: DIR/sweep-<name>/sweep-state.json)",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -49,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     from infra.campaign import CampaignStopped, load_campaign, run_campaign
     from infra.campaign.extra import check_extra
     from infra.campaign.procs import sigterm_interrupts
-    from infra.campaign.report import describe, failing_steps
 
     campaign = load_campaign(args.config)
     if args.repeat is not None:
@@ -64,13 +68,45 @@ def run(args: argparse.Namespace) -> int:
     check_report_dir(out_root, str(args.config))
     if args.validate:
         names = ", ".join(w.name for w in campaign.workload)
-        print(f"{args.config}: valid ({len(campaign.workload)} workload(s): {names})")
+        configs = (f"; engine sweep of {len(campaign.engine.plan())} configuration(s)"
+                   if campaign.engine.is_sweep else "")  # fmt: skip
+        print(f"{args.config}: valid ({len(campaign.workload)} workload(s): {names}{configs})")
         return 0
+    if args.resume and not campaign.engine.is_sweep:
+        from analysis.kernel.errors import UsageError
+
+        raise UsageError(f"--resume continues an engine sweep; {args.config} has no "
+                         "engine.command or engine.configurations (docs/sweeps.md)")  # fmt: skip
     try:
         with sigterm_interrupts():
+            if campaign.engine.is_sweep:
+                return _sweep(campaign, out_root, args.resume)
             results = run_campaign(campaign, out_root, echo=_echo)
     except CampaignStopped as stop:  # the run ended aborted, its events kept (its line said)
         return stop.exit_status  # 143 SIGTERM, 130 SIGINT
+    return _outcome(campaign, results)
+
+
+def _sweep(campaign: Any, out_root: Path, resume: bool) -> int:
+    """An engine sweep (infra/campaign/sweep.py): exit 1 when a configuration did not
+    complete its plan (the report holds the others), else as a campaign's runs say."""
+    from infra.campaign.sweep import run_sweep, sweep_failed
+
+    outcome = run_sweep(campaign, out_root, echo=_echo, resume=resume)
+    status = _outcome(campaign, outcome.results)
+    if sweep_failed(outcome):
+        bad = [f"{name} ({r['status'].replace('_', ' ')})"
+               for name, r in outcome.state["configurations"].items() if r["status"] != "done"]  # fmt: skip
+        print(f"llmload: sweep: configuration(s) that did not complete: {', '.join(bad)}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return status
+
+
+def _outcome(campaign: Any, results: list[Any]) -> int:
+    """Each run's warnings and summary line; the exit status its SLO outcomes give."""
+    from infra.campaign.report import describe, failing_steps
+
     failed, lowest_failed = [], []
     for result in results:
         for warning in result.report.warnings:

@@ -16,6 +16,7 @@ from analysis.kernel.errors import UsageError
 from infra.campaign import (
     Campaign,
     Engine,
+    EngineConfig,
     NamedWorkload,
     Target,
     config,
@@ -23,7 +24,7 @@ from infra.campaign import (
     parse_campaign,
     runner,
 )
-from infra.campaign.config import OWNED_FLAGS, usable_cpus
+from infra.campaign.config import METADATA_KEYS, OWNED_FLAGS, usable_cpus
 from infra.campaign.runner import (
     SEARCH_BISECT_PROBES,
     estimated_seconds,
@@ -51,12 +52,15 @@ def test_there_are_the_three_examples() -> None:
 def test_every_example_parses(path: Path) -> None:
     campaign = load_campaign(path)
     assert campaign.workload and campaign.levels
-    assert campaign.target.url.startswith("http://127.0.0.1:")
+    if campaign.engine.is_sweep:  # each configuration's engine gives the URL
+        assert campaign.target.url == "" and len(campaign.engine.plan()) > 1
+    else:
+        assert campaign.target.url.startswith("http://127.0.0.1:")
 
 
 def test_examples_cover_engine_metadata_and_the_slo_gate() -> None:
     vllm = load_campaign(ROOT / "examples" / "vllm-campaign.yaml")
-    assert set(vllm.engine.metadata()) == {f.name for f in fields(Engine)}
+    assert set(vllm.engine.metadata()) == set(METADATA_KEYS)
     assert len(vllm.workload) > 1
     gate = load_campaign(ROOT / "examples" / "ci-slo-gate.yaml")
     assert gate.fail_on_slo and gate.slo
@@ -418,6 +422,8 @@ def _keys(cls: type, prefix: str = "") -> list[str]:
             sub = nested[f.name]
             assert is_dataclass(sub)
             out += _keys(sub, f"{name}[]." if f.name == "workload" else f"{name}.")
+        if cls is Engine and f.name == "configurations":
+            out += _keys(EngineConfig, f"{name}[].")
     return out
 
 

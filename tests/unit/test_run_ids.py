@@ -131,6 +131,6 @@ def test_a_campaign_regenerates_an_id_the_store_holds(
 
     FileStore(tmp_path).put("c-1/manifest.json", ANOTHER_RUNS)
     made = iter(["c-1", "c-2"])
-    monkeypatch.setattr(runner, "new_run_id", lambda campaign, workload: next(made))
+    monkeypatch.setattr(runner, "new_run_id", lambda campaign, workload, label="": next(made))
     campaign = SimpleNamespace(events_uri=str(tmp_path))
     assert runner.free_run_id(campaign, None) == "c-2"  # type: ignore[arg-type]
