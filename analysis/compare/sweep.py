@@ -42,6 +42,7 @@ from analysis.compare.runs import (
     Change,
     compare_reports,
 )
+from analysis.judge.search import SearchSummary, level_text, result_line
 from analysis.report.summary import jsonable
 
 if TYPE_CHECKING:
@@ -119,11 +120,44 @@ class Verdict:
     why: str = ""
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """What a configuration's capacity search found (analysis/judge/search.py)."""
+
+    workload: str
+    config: str
+    mode: str  # concurrency | rate
+    slo: str  # the SLO the search judged by
+    status: str  # found | all_passed | lowest_failed | stopped | running
+    level: float | None  # the highest level that met the SLO, live verdicts; None: none
+    level_exact: float | None  # the same, by the verdicts checked on the events
+    requests_per_s: float | None  # measured at `level`
+    line: str  # the report's own sentence for it
+
+    @property
+    def text(self) -> str:
+        """The level as a reader compares it: `above 120 requests/s`, `41.2 requests/s`."""
+        if self.level is None:
+            return "none (the lowest level missed the SLO)"
+        said = level_text(self.mode, self.level)
+        if self.status == "all_passed":
+            return f"above {said} (every level passed)"
+        if self.status != "found":
+            return f"{said} so far (search {self.status})"
+        return said
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """Higher is more capacity: a search whose every level passed ranks by its top."""
+        return (0, -1.0) if self.level is None else (1, self.level)
+
+
 @dataclass
 class Sweep:
     entries: list[SweepEntry]
     slo: str
     points: list[SweepPoint] = field(default_factory=list)
+    capacities: list[Capacity] = field(default_factory=list)
     best: dict[str, SweepPoint | None] = field(default_factory=dict)  # by workload
     verdicts: list[Verdict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -166,6 +200,25 @@ class Sweep:
                      f"{', '.join(close)} at {best.step}")  # fmt: skip
         return line
 
+    def headlines(self, workload: str) -> list[str]:
+        """What the sweep found for the workload: the best line, then the capacities."""
+        return [self.best_line(workload), *filter(None, [self.capacity_line(workload)])]
+
+    def capacity_line(self, workload: str) -> str:
+        """The configurations by capacity under their search's SLO ("" without a search)."""
+        found = sorted((c for c in self.capacities if c.workload == workload),
+                       key=lambda c: c.rank, reverse=True)  # fmt: skip
+        if not found:
+            return ""
+        what = "rate" if found[0].mode == "rate" else "concurrency"
+        said = "; ".join(f"{c.config} {c.text}" for c in found)
+        line = f"capacity under the SLO {found[0].slo} (search by {what}): {said}"
+        differ = [c.config for c in found if c.level_exact != c.level]
+        if differ:
+            line += (f" (the events' exact verdicts put {', '.join(differ)} elsewhere: "
+                     "see each run's report)")  # fmt: skip
+        return line
+
     def to_json(self) -> dict[str, Any]:
         return jsonable({
             "schema_version": SWEEP_SCHEMA_VERSION,
@@ -180,6 +233,8 @@ class Sweep:
             "points": [asdict(p) for p in self.points],
             "best": {w: (asdict(p) if p else None) for w, p in self.best.items()},
             "best_lines": {w: self.best_line(w) for w in self.workloads},
+            "capacities": [asdict(c) | {"text": c.text} for c in self.capacities],
+            "capacity_lines": {w: line for w in self.workloads if (line := self.capacity_line(w))},
             "verdicts": [asdict(v) for v in self.verdicts],
             "warnings": self.warnings,
         })  # fmt: skip
@@ -228,7 +283,20 @@ def points_of(entry: SweepEntry, report: Report, warnings: list[str]) -> list[Sw
         ))  # fmt: skip
     if out and math.isnan(out[0].accelerators):
         warnings.append(f"{entry.config}: {UNKNOWN_ACCELERATORS}")
-    return out
+    return sorted(out, key=lambda p: p.level)  # a search's probes by level, not by order
+
+
+def capacity_of(entry: SweepEntry, search: SearchSummary) -> Capacity:
+    """The configuration's capacity search as the sweep compares it."""
+    exact = search.best_exact
+    result = search.result
+    return Capacity(
+        workload=entry.workload, config=entry.config, mode=search.mode, slo=search.slo,
+        status=search.status, level=result.level if result is not None else None,
+        level_exact=exact.level if exact is not None else None,
+        requests_per_s=result.requests_per_s if result is not None else None,
+        line=result_line(search),
+    )  # fmt: skip
 
 
 def mark_pareto(points: Sequence[SweepPoint]) -> None:
@@ -314,6 +382,8 @@ def build_sweep(
             if not sweep.slo and report.slo.spec:
                 sweep.slo = report.slo.spec  # each run's own SLO, when none is given
             sweep.points += points_of(entry, report, sweep.warnings)
+            if report.search is not None:
+                sweep.capacities.append(capacity_of(entry, report.search))
             if entry.status == "crashed":
                 sweep.warnings.append(f"{entry.config}: the engine exited during its plan; "
                                       "its steps hold the errors that followed")  # fmt: skip

@@ -59,6 +59,11 @@ def config_table(sweep: Sweep) -> tuple[list[str], list[list[str]]]:
     rows = [[e.config, e.workload, e.args or MISSING, e.status.replace("_", " "),
              num(e.startup_s), _accelerators(sweep, e), e.run_id or MISSING]
             for e in sweep.entries]  # fmt: skip
+    if sweep.capacities:  # a capacity search ran: what each configuration holds
+        found = {(c.workload, c.config): c.text for c in sweep.capacities}
+        headers.insert(6, "capacity under the SLO")
+        for e, row in zip(sweep.entries, rows, strict=True):
+            row.insert(6, found.get((e.workload, e.config), MISSING))
     return headers, rows
 
 
@@ -145,7 +150,7 @@ def render_markdown(sweep: Sweep) -> str:
     if sweep.simulated:
         lines += [f"> **{SIMULATED_BANNER}**", ""]
     for workload in sweep.workloads:
-        lines.append(f"- **{workload}**: {sweep.best_line(workload)}")
+        lines += [f"- **{workload}**: {line}" for line in sweep.headlines(workload)]
     lines += ["", "## Configurations", "", md_table(*config_table(sweep)), ""]
     failures = _failures(sweep)
     if failures:
@@ -168,7 +173,8 @@ def render_html(sweep: Sweep, plot: Plot | None = None) -> str:
     parts = page_head(title)
     if sweep.simulated:
         parts.append(simulated_banner())
-    parts.append(_list([f"{w}: {sweep.best_line(w)}" for w in sweep.workloads], "best"))
+    parts.append(_list([f"{w}: {line}" for w in sweep.workloads for line in sweep.headlines(w)],
+                       "best"))  # fmt: skip
     parts += ["<h2>Configurations</h2>", _table(*config_table(sweep), "configurations")]
     failures = _failures(sweep)
     if failures:

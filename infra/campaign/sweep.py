@@ -131,7 +131,8 @@ def run_sweep(
     sweep, files = write_report(state, folder, campaign.slo, env)
     if sweep is not None:
         for workload in sweep.workloads:
-            echo(f"sweep {workload}: {sweep.best_line(workload)}")
+            for line in sweep.headlines(workload):
+                echo(f"sweep {workload}: {line}")
     echo(f"sweep report: {files.get('sweep.md', folder)}")
     return SweepOutcome(folder, state, results, sweep, files)
 

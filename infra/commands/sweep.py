@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     sweep = build_sweep(entries, args.slo, name=name, resamples=resamples, seed=seed)
     files = write_sweep(sweep, out)
     for workload in sweep.workloads:
-        print(f"llmload sweep: {workload}: {sweep.best_line(workload)}")
+        for line in sweep.headlines(workload):
+            print(f"llmload sweep: {workload}: {line}")
     for warning in sweep.warnings:
         print(f"llmload sweep: warning: {warning}")
     print(f"llmload sweep: report {files['sweep.md']}")
