@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.chat import start_sim
 from tests.support.targets import closed
 
@@ -110,6 +112,7 @@ def test_a_three_configuration_sweep_finds_the_best_and_its_significance(tmp_pat
     assert "no configuration met the SLO" in again.stdout
 
 
+@pytest.mark.slow  # 20 s: `make test-slow` (the three-configuration sweep stays in the default)
 def test_a_failed_configuration_is_recorded_and_a_resumed_sweep_skips_what_finished(
     tmp_path: Path,
 ) -> None:
@@ -150,3 +153,52 @@ def test_a_failed_configuration_is_recorded_and_a_resumed_sweep_skips_what_finis
     third = _campaign(config, "--resume")
     assert third.returncode == 2
     assert "was written for another plan" in third.stderr
+
+
+# An engine that serves, then dies on its own (`os._exit`) LLMLOAD_TEST_EXIT_AFTER_S seconds
+# after it started: `llmload sim` run in-process, with a timer.
+DYING = (
+    "import os, runpy, sys, threading\n"
+    "after = os.environ.get('LLMLOAD_TEST_EXIT_AFTER_S')\n"
+    "def die():\n"
+    "    print('engine: dying on purpose', flush=True)\n"
+    "    os._exit(70)\n"
+    "if after:\n"
+    "    threading.Timer(float(after), die).start()\n"
+    "sys.argv = ['infra', *sys.argv[1:]]\n"
+    "runpy.run_module('infra', run_name='__main__')\n"
+)
+
+
+@pytest.mark.slow  # 25 s: `make test-slow`
+def test_an_engine_that_dies_during_its_plan_is_recorded_and_the_sweep_goes_on(
+    tmp_path: Path,
+) -> None:
+    events, reports = tmp_path / "runs", tmp_path / "reports"
+    command = [sys.executable, "-c", DYING, "sim", "--port", "{port}", "--profile", "tiny"]
+    engine = (f"  command: {json.dumps(command)}\n  ready_timeout: 60\n  configurations:\n"
+              "    - {name: dies, env: {LLMLOAD_TEST_EXIT_AFTER_S: '9'}}\n"
+              "    - {name: lives}\n")  # fmt: skip
+    config = _file(tmp_path / "sweep.yaml", engine, events, reports).read_text()
+    config = config.replace("step_duration: 4", "step_duration: 10")  # it dies mid-step
+    path = tmp_path / "sweep.yaml"
+    path.write_text(config)
+    done = _campaign(path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    folder = reports / "sweep-sw"
+    state = json.loads((folder / "sweep-state.json").read_text())
+    dies, lives = state["configurations"]["dies"], state["configurations"]["lives"]
+    assert dies["status"] == "crashed", dies
+    assert "dying on purpose" in dies["log_tail"]
+    assert closed(dies["url"])
+    assert lives["status"] == "done" and lives["runs"]
+    md = (folder / "sweep.md").read_text()
+    assert "dies: crashed" in md
+    assert "best: lives at c=4" in md
+    if dies["runs"]:  # it died during the step (not before the run began): its run is kept
+        assert "dies: the engine exited during its plan" in md
+        run = dies["runs"][0]["run_id"]
+        summary = json.loads((Path(dies["runs"][0]["report"]) / "summary.json").read_text())
+        assert summary["run_id"] == run
+        (step,) = summary["steps"]
+        assert step["failed"] > 0 and step["errors_connect"] > 0  # after the crash: recorded

@@ -40,7 +40,7 @@ def test_a_two_configuration_sweep_on_vllm(tiny_model: Path, tmp_path: Path) -> 
     (tmp_path / "hf-home" / "hub").mkdir(parents=True)
     command = [str(vllm_python()), "-m", ENTRYPOINT, "--model", str(tiny_model),
                "--host", "{host}", "--port", "{port}", "--seed", "0",
-               "--max-model-len", str(MAX_MODEL_LEN)]  # fmt: skip
+               "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager"]  # fmt: skip
     env = {**OFFLINE_ENV, "HF_HOME": str(tmp_path / "hf-home"),
            "VLLM_CPU_KVCACHE_SPACE": str(KVCACHE_GIB), "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1"}  # fmt: skip
@@ -52,7 +52,7 @@ target: {{}}
 extra: ["--tokenizer", "{tiny_model}"]
 workload: "D(16,32)"
 steps: [4]
-step_duration: 12
+step_duration: 20
 step_warmup: 2
 cold_requests: 0
 workers_per_host: 1
