@@ -1,8 +1,11 @@
-"""Free TCP ports on the loopback (or a given) address, for the servers llmload starts."""
+"""Free TCP ports on the loopback (or a given) address, for the servers llmload starts, and
+the probes that tell whether such a server listens and answers."""
 
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -23,3 +26,21 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 def free_port(host: str = "127.0.0.1") -> int:
     """One port free on `host` right now."""
     return free_ports(1, host)[0]
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def answers_200(url: str, timeout: float = 2.0) -> bool:
+    """Whether GET `url` answers 200 (a server's readiness probe: /health, /v1/models)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

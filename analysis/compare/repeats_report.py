@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from analysis.compare.bootstrap import LATENCY_FIGURES, RATE_FIGURES
 from analysis.compare.repeats import RepeatFigure, Repeats
-from analysis.render.plots import Plot, _svg
+from analysis.render.plots import Plot, _no_data, _svg
 from analysis.render.present import MISSING, SIMULATED_BANNER, ms, num
 from analysis.render.report_html import _figure, _list, _table, page_head, simulated_banner
 from analysis.report.summary import make_out_dir
@@ -171,8 +171,7 @@ def plots(repeats: Repeats) -> list[Plot]:
         if drawn:
             ax.legend(fontsize="small")
         else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
-                    color="gray")  # fmt: skip
+            _no_data(ax)
     fig.suptitle(f"Median of {len(repeats.run_ids)} runs, {repeats.confidence:.0%} interval")
     return [Plot("plot-repeats", "Median across runs with confidence intervals", _svg(fig))]
 

@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.compare.sweep import Sweep, SweepEntry, SweepPoint
-from analysis.render.plots import Plot, _svg
+from analysis.render.plots import Plot, _no_data, _svg
 from analysis.render.present import MISSING, SIMULATED_BANNER, ms, num
 from analysis.render.report_html import _figure, _list, _table, page_head, simulated_banner
 from analysis.report.summary import make_out_dir
@@ -240,6 +240,5 @@ def pareto_plot(sweep: Sweep) -> Plot:
         if drawn:
             ax.legend(fontsize="small")
         else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
-                    color="gray")  # fmt: skip
+            _no_data(ax)
     return Plot("plot-pareto", "Tokens/s per accelerator against tokens/s per user", _svg(fig))

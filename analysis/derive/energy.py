@@ -39,6 +39,7 @@ from typing import Any, Final
 import numpy as np
 import pandas as pd
 
+from analysis.derive.speculation import value_at
 from analysis.read.accelerator import AcceleratorMetrics
 
 ENERGY_COLUMNS: Final = (
@@ -53,20 +54,13 @@ IDLE_REASON: Final = 0x1  # DCGM's / NVML's "GPU idle" clocks reason: not a thro
 _NAN = float("nan")
 
 
-def _at(t: np.ndarray, v: np.ndarray, when: float) -> float:
-    """The series at `when`, interpolated between the readings around it (NaN outside)."""
-    if len(t) == 0 or when < t[0] or when > t[-1]:
-        return _NAN
-    return float(np.interp(when, t, v))
-
-
 def _gpu_energy_j(gpu: pd.DataFrame, start: float, end: float) -> float:
     """One GPU's energy over [start, end] in J: its counter's growth, else its power integrated."""
     have = gpu[gpu["energy_mj"].notna()]
     if len(have):
         t = have["scraped_at_ns"].to_numpy(np.float64)
         v = have["energy_mj"].to_numpy(np.float64)
-        grown = _at(t, v, end) - _at(t, v, start)
+        grown = value_at(t, v, end) - value_at(t, v, start)
         return grown / 1000.0 if grown >= 0 else _NAN  # a counter that went back: reset
     have = gpu[gpu["power_w"].notna()]
     t = have["scraped_at_ns"].to_numpy(np.float64)
@@ -75,7 +69,7 @@ def _gpu_energy_j(gpu: pd.DataFrame, start: float, end: float) -> float:
         return _NAN
     inside = (t > start) & (t < end)
     ts = np.concatenate(([start], t[inside], [end]))
-    ws = np.concatenate(([_at(t, w, start)], w[inside], [_at(t, w, end)]))
+    ws = np.concatenate(([value_at(t, w, start)], w[inside], [value_at(t, w, end)]))
     return float(np.sum((ws[1:] + ws[:-1]) / 2 * np.diff(ts))) / 1e9
 
 

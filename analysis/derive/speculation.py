@@ -32,8 +32,9 @@ SPEC_COLUMNS: Final = ("spec_draft_tokens", "spec_accepted_tokens", "spec_accept
                        "spec_acceptance_length")  # fmt: skip
 
 
-def _at(t: np.ndarray, v: np.ndarray, when: float) -> float:
-    """The counter at `when`, interpolated between the scrapes around it (NaN outside)."""
+def value_at(t: np.ndarray, v: np.ndarray, when: float) -> float:
+    """A scraped series at `when`, interpolated linearly between the scrapes around it (NaN
+    outside them); `t` ascending. The energy counters read it too (derive/energy.py)."""
     if len(t) == 0 or when < t[0] or when > t[-1]:
         return float("nan")
     return float(np.interp(when, t, v))
@@ -52,7 +53,7 @@ def speculation_columns(metrics: ServerMetrics | None, row: dict[str, Any]) -> d
         have = frame[frame["ok"] & frame[column].notna()]
         t = have["scraped_at_ns"].to_numpy(np.float64)
         v = have[column].to_numpy(np.float64)
-        grown[column] = _at(t, v, float(end)) - _at(t, v, float(start))
+        grown[column] = value_at(t, v, float(end)) - value_at(t, v, float(start))
     drafts, tokens, accepted = (grown["spec_drafts"], grown["spec_draft_tokens"],
                                 grown["spec_accepted_tokens"])  # fmt: skip
     out["spec_draft_tokens"] = tokens

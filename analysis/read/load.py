@@ -425,14 +425,13 @@ def load_run(
     accelerator = read_accelerator(store, keys)
     if accelerator is not None:
         warnings.extend(accelerator.warnings)
-    run = RunData(
+    return RunData(
         run_uri, run_id, manifest, request_frame, chunk_frame, comp, warnings, server_metrics,
         samples, stalls, None if chunks else sorted(f.path for f in footers["chunks"]),
         chunk_fs, spans, None if requests else sorted(f.path for f in footers["requests"]),
         comp.rows_read["requests"] if not requests else len(request_frame),
+        accelerator=accelerator,
     )  # fmt: skip
-    run.accelerator = accelerator
-    return run
 
 
 def read_requests(run: RunData) -> None:

@@ -76,6 +76,14 @@ def _no_data(ax: Axes) -> None:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
+def _shade_windows(ax: Axes, report: Report, t0: int) -> None:
+    """Shade each step's steady window on a time axis of seconds since `t0` (ns)."""
+    for row in report.table.rows:
+        if row["window_start_ns"] is not None and row["group"] == "step":
+            start, end = (row["window_start_ns"] - t0) / 1e9, (row["window_end_ns"] - t0) / 1e9
+            ax.axvspan(start, end, color="#55a868", alpha=0.08)
+
+
 def _concurrency_axis(ax: Axes, conc: np.ndarray) -> None:
     ax.set_xlabel("concurrency (users)")
     positive = conc[conc > 0]
@@ -319,10 +327,7 @@ def server_metrics(report: Report) -> Plot | None:
     ax_kv.set_xlabel("seconds since the run's first request or scrape")
     for ax in (ax_ttft, ax_load, ax_kv):
         ax.grid(True, alpha=0.3)
-        for row in report.table.rows:
-            if row["window_start_ns"] is not None and row["group"] == "step":
-                start, end = (row["window_start_ns"] - t0) / 1e9, (row["window_end_ns"] - t0) / 1e9
-                ax.axvspan(start, end, color="#55a868", alpha=0.08)
+        _shade_windows(ax, report, t0)
     fig.suptitle("Server metrics (scraped from /metrics) beside TTFT; steady windows shaded")
     title = "Server running/waiting requests and KV-cache usage over time, beside TTFT"
     return Plot("plot-server-metrics", title, _svg(fig))
@@ -415,10 +420,7 @@ def accelerator(report: Report) -> Plot | None:
             ax.step(x, values, where="post", color=color)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        for row in report.table.rows:
-            if row["window_start_ns"] is not None and row["group"] == "step":
-                start, end = (row["window_start_ns"] - t0) / 1e9, (row["window_end_ns"] - t0) / 1e9
-                ax.axvspan(start, end, color="#55a868", alpha=0.08)
+        _shade_windows(ax, report, t0)
     ax_util.set_xlabel("seconds since the first reading")
     simulated = " (SIMULATED)" if telemetry.simulated else ""
     fig.suptitle(f"Accelerator telemetry{simulated}; steady windows shaded")

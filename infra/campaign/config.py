@@ -14,11 +14,13 @@ without the steps it needs or without an SLO to judge by).
 from __future__ import annotations
 
 import difflib
+import itertools
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import reduce
 from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
@@ -131,8 +133,6 @@ class Engine:
             return self.configurations
         if not self.sweep:
             return (EngineConfig("default"),)
-        import itertools
-
         flags = [flag for flag, _ in self.sweep]
         out = []
         for values in itertools.product(*(values for _, values in self.sweep)):
@@ -323,9 +323,7 @@ def parse_campaign(data: Any, source: str = "campaign") -> Campaign:
     _check_keys(data, source)
     top = _Section(data, source, "")
     target_sec = top.section("target", required=True)
-    engine_given = isinstance(data, Mapping) and isinstance(data.get("engine"), Mapping)
-    sets_url = engine_given and bool(data["engine"].get("command") or
-                                      data["engine"].get("configurations"))  # fmt: skip
+    sets_url = _starts_engines(data.get("engine") if isinstance(data, Mapping) else None)
     if sets_url and target_sec.data.get("url") is not None:
         target_sec.fail(
             "url",
@@ -427,8 +425,6 @@ class _Section:
     def text_or_list(self, key: str) -> str | None:
         value = self.data.get(key)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            import shlex
-
             return shlex.join(value)
         if value is not None and not isinstance(value, str | int | float):
             self.fail(key, f"must be a string, not {shown(value)}")
@@ -489,8 +485,6 @@ class _Section:
 
     def args(self, key: str) -> tuple[str, ...]:
         """A command line: a string (split shell-style) or a list of strings and numbers."""
-        import shlex
-
         value = self.data.get(key)
         if value is None:
             return ()
@@ -550,9 +544,7 @@ class _Section:
             if config.started and not command:
                 self.fail(f"configurations[{i}]", "needs engine.command to start it, or a url "
                           "of an engine already running")  # fmt: skip
-        import dataclasses
-
-        return dataclasses.replace(base, sweep=sweep, configurations=configurations)
+        return replace(base, sweep=sweep, configurations=configurations)
 
     def matrix(self, key: str) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         value = self.data.get(key)
@@ -616,6 +608,14 @@ class _Section:
 REQUIRED: Final = {"": ("target", "workload"), "target": ("url",), "workload[]": ("name", "spec")}
 
 
+def _starts_engines(engine: Any) -> bool:
+    """Whether a file's raw `engine` section makes it a sweep (Engine.is_sweep, before the
+    section is validated): each configuration's engine then gives the target's URL."""
+    return isinstance(engine, Mapping) and bool(
+        engine.get("command") or engine.get("configurations")
+    )
+
+
 def _check_keys(data: Any, source: str) -> None:
     """Every unknown key and every missing required key of the file, named in one line.
 
@@ -641,9 +641,7 @@ def _check_keys(data: Any, source: str) -> None:
     visit(data, Campaign, "", REQUIRED[""])
     if isinstance(data, Mapping):
         engine = data.get("engine")
-        starts = isinstance(engine, Mapping) and bool(
-            engine.get("command") or engine.get("configurations")
-        )
+        starts = _starts_engines(engine)
         visit(data.get("target"), Target, "target", () if starts else REQUIRED["target"])
         visit(engine, Engine, "engine")
         configurations = engine.get("configurations") if isinstance(engine, Mapping) else None

@@ -18,17 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import socket
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 
 from analysis.kernel.errors import LlmloadError
 from infra.campaign.config import Engine, EngineConfig
 from infra.campaign.procs import Children
-from infra.ports import free_port
+from infra.ports import answers_200, free_port, port_open
 
 READY_POLL_S = 0.5
 """Seconds between readiness probes."""
@@ -84,7 +81,7 @@ class EngineProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.engine.env, **self.config.env}
         proc = None
         if self.config.started:
-            if _port_open(self.engine.host, self.port):
+            if port_open(self.engine.host, self.port):
                 raise EngineStartError(
                     f"port {self.port} on {self.engine.host} is already taken: another "
                     "process serves there; stop it or leave engine.port at 0"
@@ -99,7 +96,7 @@ class EngineProcess:
                     f"the engine exited with status {proc.returncode} before it was ready "
                     f"(log {self.log_path})"
                 )
-            if _ready(probe):
+            if answers_200(probe):
                 self.startup_s = time.monotonic() - began
                 return
             if time.monotonic() >= deadline:
@@ -120,12 +117,12 @@ class EngineProcess:
         deadline = time.monotonic() + GONE_WAIT_S
         while True:  # children of the engine may take a moment to be reaped
             left = _group_alive(self._pgid)
-            port_open = _port_open(self.engine.host, self.port)
-            if not (left or port_open) or time.monotonic() >= deadline:
+            listening = port_open(self.engine.host, self.port)
+            if not (left or listening) or time.monotonic() >= deadline:
                 break
             time.sleep(0.2)
-        if left or port_open:
-            held = ((f"process group {self._pgid}", left), (f"port {self.port}", port_open))
+        if left or listening:
+            held = ((f"process group {self._pgid}", left), (f"port {self.port}", listening))
             what = " and ".join(name for name, bad in held if bad)
             raise EngineStopError(
                 f"configuration {self.config.name}: {what} still in use after the engine was "
@@ -147,23 +144,6 @@ class EngineProcess:
         else:  # already failing: stop what runs, and let the first error speak
             with contextlib.suppress(EngineStopError):
                 self.stop()
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as resp:
-            return int(resp.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _port_open(host: str, port: int) -> bool:
-    """Whether something accepts connections on host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _group_alive(pgid: int | None) -> bool:

@@ -14,13 +14,11 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from infra.ports import free_port
+from infra.ports import answers_200, free_port
 
 
 class EngineProcess:
@@ -95,12 +93,8 @@ class EngineProcess:
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 return False
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
+            if answers_200(self.url + "/health"):
+                return True
             time.sleep(self.POLL_S)
         return False
 
